@@ -1,0 +1,69 @@
+/**
+ * The policy after loading: every default filled in, durations in
+ * milliseconds. The YAML shape is documented in SPEC.md section 2 and
+ * enforced by schema.ts.
+ */
+import type { LogFormat, LogLevel } from "../log/logger.ts";
+
+export const BUILTIN_PLUGIN_TYPES = ["DevicePlugin", "CSIPlugin", "DRAPlugin"] as const;
+export type BuiltinPluginType = (typeof BUILTIN_PLUGIN_TYPES)[number];
+
+export function isBuiltinPluginType(type: string): type is BuiltinPluginType {
+  return (BUILTIN_PLUGIN_TYPES as readonly string[]).includes(type);
+}
+
+export interface WatchDir {
+  /** Absolute path of a registration directory. */
+  path: string;
+  /** Sub-directories are watched too (default true). */
+  recursive: boolean;
+  /** Plugin types accepted from this directory; null accepts every declared handler. */
+  types: string[] | null;
+}
+
+export interface HandlerPolicy {
+  /** The plugin type string it handles (PluginInfo.type). */
+  type: string;
+  /** "builtin" for DevicePlugin, CSIPlugin and DRAPlugin; "generic" for any declared type. */
+  kind: "builtin" | "generic";
+  /** Accepted versions; any one must match. null: the handler's own (built-ins) or any (generic). */
+  versions: string[] | null;
+  /** Plugin-name globs accepted; `*` matches any run of characters, `/` included. */
+  allow: string[];
+  /** Plugin-name globs refused; deny wins over allow. */
+  deny: string[];
+}
+
+export interface Policy {
+  version: 1;
+  nodeName: string;
+  watch: WatchDir[];
+  /** Keyed by plugin type, in the order the policy declared them. */
+  handlers: Map<string, HandlerPolicy>;
+  devicePlugins: {
+    /** v1beta1 Registration server socket; null disables it. */
+    registrationSocket: string | null;
+    gracePeriodMs: number;
+  };
+  checkpoint: { path: string };
+  reconcile: {
+    resyncMs: number;
+    backoff: { initialMs: number; maxMs: number };
+    timeouts: { dialMs: number; getInfoMs: number; notifyMs: number };
+  };
+  security: {
+    /** uids allowed to own a registration socket. */
+    socketOwners: number[];
+    maxPlugins: number;
+    maxDevicesPerResource: number;
+  };
+  api: {
+    socket: string | null;
+    socketGroup: string | null;
+    /** host:port of the Prometheus endpoint; null disables it. */
+    metrics: string | null;
+  };
+  log: { level: LogLevel; format: LogFormat };
+  /** Where the policy came from: a file path, or "<embedded default>". */
+  source: string;
+}
