@@ -1,0 +1,33 @@
+/**
+ * What every `edgeplug` sub-command implements. Commands write results to
+ * `io.stdout`, diagnostics to `io.stderr` (through the logger), and return
+ * the process exit code; they never call process.exit themselves.
+ */
+import type { Logger } from "../log/logger.ts";
+
+export interface CommandIO {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  /** Aborted on SIGTERM/SIGINT; long-running commands stop when it fires. */
+  signal: AbortSignal;
+  log: Logger;
+}
+
+export interface Command {
+  name: string;
+  /** One line for the command list. */
+  summary: string;
+  /** Full usage text printed by `--help` (stdout, exit 0). */
+  usage: string;
+  run(args: string[], io: CommandIO): Promise<number>;
+}
+
+/** Exit codes shared by all commands (SPEC.md section 1). */
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+/** Thrown for bad usage and bad policies; main prints the message and exits 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
