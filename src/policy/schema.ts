@@ -1,0 +1,225 @@
+/**
+ * The JSON Schema of the whole policy (SPEC.md section 2). It is the contract:
+ * `validate` accepts exactly what it describes, unknown keys are errors, and
+ * every property carries a `description` the README's policy reference is
+ * checked against. Rules a schema cannot express (unique watch paths, declared
+ * handler types, backoff ordering, a handler declared twice) live in load.ts.
+ *
+ * @example
+ * ```ts
+ * const validate = policyValidator();
+ * validate({ version: 1, watch: [{ path: "/var/lib/kubelet/plugins_registry" }] }); // true
+ * ```
+ */
+import { Ajv, type ValidateFunction } from "ajv";
+import { DURATION_PATTERN } from "./duration.ts";
+import { BUILTIN_PLUGIN_TYPES } from "./types.ts";
+import { LOG_FORMATS, LOG_LEVELS } from "../log/logger.ts";
+
+/** Go durations, plus the bare `"0"` Go also accepts. */
+export const POLICY_DURATION_PATTERN = `^0$|${DURATION_PATTERN}`;
+/** Every path in the policy is absolute: the agent's working directory is not part of the contract. */
+export const ABSOLUTE_PATH_PATTERN = "^/";
+/** `host:port` for the metrics listener: a host name, an IPv4 address, `[IPv6]` or nothing (all interfaces), and a port 0-65535. */
+export const LISTEN_ADDRESS_PATTERN =
+  "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$";
+
+type Schema = Record<string, unknown>;
+
+// What each schema node expects, in words, for error messages: kept beside
+// the schema (not inside it) so the schema stays plain JSON Schema.
+const expectedPhrases = new WeakMap<object, string>();
+
+function expecting<T extends Schema>(phrase: string, schema: T): T {
+  expectedPhrases.set(schema, phrase);
+  return schema;
+}
+
+/** What a node of {@link POLICY_SCHEMA} expects, in words ("a duration like \"30s\""); undefined for nodes without a phrase. */
+export function expectedPhrase(schema: unknown): string | undefined {
+  return typeof schema === "object" && schema !== null ? expectedPhrases.get(schema) : undefined;
+}
+
+const duration = (description: string): Schema =>
+  expecting('a duration like "30s"', {
+    description: `${description} (a Go duration like "500ms", "10s", "2m2s")`,
+    type: "string",
+    pattern: POLICY_DURATION_PATTERN,
+  });
+
+const absolutePath = (description: string): Schema =>
+  expecting("an absolute path", { description, type: "string", pattern: ABSOLUTE_PATH_PATTERN });
+
+const nullableAbsolutePath = (description: string): Schema =>
+  expecting("an absolute path or null", { description, type: ["string", "null"], pattern: ABSOLUTE_PATH_PATTERN });
+
+const positiveInteger = (description: string): Schema =>
+  expecting("an integer of at least 1", { description, type: "integer", minimum: 1 });
+
+const section = (description: string, properties: Record<string, Schema>, required: string[] = []): Schema =>
+  expecting(`a mapping with the keys ${Object.keys(properties).join(", ")}`, {
+    description,
+    type: "object",
+    additionalProperties: false,
+    ...(required.length > 0 ? { required } : {}),
+    properties,
+  });
+
+const stringList = (phrase: string, schema: Schema): Schema =>
+  expecting(phrase, { ...schema, type: "array" });
+
+const nonEmptyString: Schema = expecting("a non-empty string", { type: "string", minLength: 1 });
+const anyString: Schema = expecting("a string", { type: "string" });
+
+const handlerFields: Record<string, Schema> = {
+  versions: stringList("a non-empty list of version strings", {
+    description:
+      "Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any",
+    minItems: 1,
+    items: nonEmptyString,
+  }),
+  allow: stringList("a list of plugin-name globs", {
+    description: 'Plugin-name globs accepted (`*` matches any run of characters, `/` included); default ["*"]',
+    items: anyString,
+  }),
+  deny: stringList("a list of plugin-name globs", {
+    description: "Plugin-name globs refused; deny wins over allow; default []",
+    items: anyString,
+  }),
+};
+
+const builtinHandler = (type: string): Schema =>
+  expecting("a mapping with the keys versions, allow, deny (or nothing)", {
+    description: `The built-in ${type} handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults`,
+    type: ["object", "null"],
+    additionalProperties: false,
+    properties: handlerFields,
+  });
+
+/** The schema of a handler whose type is not built in (exported so load.ts can recognise its errors). */
+export const GENERIC_HANDLER_SCHEMA: Schema = expecting("a mapping with kind: generic and optionally versions, allow, deny", {
+  description: "Any other plugin type string: a generic handler that checks versions and names only",
+  type: "object",
+  additionalProperties: false,
+  required: ["kind"],
+  properties: {
+    kind: expecting('"generic"', { description: 'Must be "generic" for a type that is not built in', const: "generic" }),
+    ...handlerFields,
+  },
+});
+
+/** The policy's JSON Schema (draft-07). Export for documentation checks; validate with {@link policyValidator}. */
+export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at least version and watch", {
+  $schema: "http://json-schema.org/draft-07/schema#",
+  title: "edgeplug policy",
+  description: "What edgeplug watches, which plugin types it accepts and where it keeps state (SPEC.md section 2)",
+  type: "object",
+  additionalProperties: false,
+  required: ["version", "watch"],
+  properties: {
+    version: expecting("1", { description: "Policy format version; must be 1", const: 1 }),
+    nodeName: expecting("a non-empty node name", {
+      description: "Name of this node; default: the host name",
+      type: "string",
+      minLength: 1,
+    }),
+    watch: expecting("a non-empty list of watch directories (each with a path)", {
+      description: "Registration directories to watch for plugin sockets; at least one",
+      type: "array",
+      minItems: 1,
+      items: section(
+        "One registration directory",
+        {
+          path: absolutePath("Absolute path of the directory; created when missing; unique among watch entries"),
+          recursive: expecting("true or false", { description: "Watch sub-directories too; default true", type: "boolean" }),
+          types: stringList("a non-empty list of declared handler types", {
+            description: "Plugin types accepted from this directory, each a declared handler; default: every declared handler",
+            minItems: 1,
+            uniqueItems: true,
+            items: nonEmptyString,
+          }),
+        },
+        ["path"],
+      ),
+    }),
+    handlers: expecting("a mapping of plugin type to handler, with at least one handler", {
+      description:
+        "Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins",
+      type: "object",
+      minProperties: 1,
+      propertyNames: expecting("a non-empty plugin type", { type: "string", minLength: 1 }),
+      properties: Object.fromEntries(BUILTIN_PLUGIN_TYPES.map((type) => [type, builtinHandler(type)])),
+      additionalProperties: GENERIC_HANDLER_SCHEMA,
+    }),
+    devicePlugins: section("Device plugin settings", {
+      registrationSocket: nullableAbsolutePath(
+        "Socket of the v1beta1 Registration server device plugins call Register on; null disables it; default /var/lib/kubelet/device-plugins/kubelet.sock",
+      ),
+      gracePeriod: duration("How long a disconnected resource is kept before it disappears; default 5m"),
+    }),
+    checkpoint: section("Device state that survives restarts", {
+      path: absolutePath(
+        "File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format; default /var/lib/edgeplug/kubelet_internal_checkpoint",
+      ),
+    }),
+    reconcile: section("Registration timing", {
+      resync: duration("Period of the full resync that catches missed events; above 0; default 10s"),
+      backoff: section("Per-socket exponential backoff between registration attempts", {
+        initial: duration("First retry delay; above 0 and at most max; default 500ms"),
+        max: duration("Longest retry delay; above 0; default 2m2s"),
+      }),
+      timeouts: section("Deadlines of the registration calls; each above 0", {
+        dial: duration("Connecting to a plugin socket, HTTP/2 handshake included; default 10s"),
+        getInfo: duration("The GetInfo call; default 1s"),
+        notify: duration("The NotifyRegistrationStatus call; default 5s"),
+      }),
+    }),
+    security: section("Limits on what plugins may do", {
+      socketOwners: expecting("a non-empty list of uids", {
+        description: "uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid",
+        type: "array",
+        minItems: 1,
+        items: expecting("a uid (an integer from 0 to 4294967295)", { type: "integer", minimum: 0, maximum: 4294967295 }),
+      }),
+      maxPlugins: positiveInteger("Most plugins registered at once; default 1024"),
+      maxDevicesPerResource: positiveInteger("Most devices one resource may advertise; default 100000"),
+    }),
+    api: section("The local API and metrics", {
+      socket: nullableAbsolutePath("Unix socket of the local API (SPEC.md section 4); null disables it; default /run/edgeplug/api.sock"),
+      socketGroup: expecting("a group name or null", {
+        description: "Group owning the API socket (mode 0660) so non-root operators can use status; default: unchanged",
+        type: ["string", "null"],
+        minLength: 1,
+      }),
+      metrics: expecting('a host:port like "127.0.0.1:9478" or null', {
+        description: "host:port serving Prometheus /metrics, /healthz and /readyz; null disables it; default null",
+        type: ["string", "null"],
+        pattern: LISTEN_ADDRESS_PATTERN,
+      }),
+    }),
+    log: section("Logging to stderr", {
+      level: expecting(`one of ${LOG_LEVELS.join(", ")}`, {
+        description: "Least severe level written; default info",
+        type: "string",
+        enum: [...LOG_LEVELS],
+      }),
+      format: expecting(`one of ${LOG_FORMATS.join(", ")}`, {
+        description: "json lines or key=value text; default json",
+        type: "string",
+        enum: [...LOG_FORMATS],
+      }),
+    }),
+  },
+});
+
+let compiled: ValidateFunction | undefined;
+
+/**
+ * The compiled validator (ajv 8, every error collected, failing schema and data
+ * kept on each error so load.ts can say what was expected and what was found).
+ * Compiled once, on first use.
+ */
+export function policyValidator(): ValidateFunction {
+  compiled ??= new Ajv({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true }).compile(POLICY_SCHEMA);
+  return compiled;
+}
