@@ -232,7 +232,7 @@ function schemaIssue(source: SourceMap, data: unknown, error: ErrorObject): Poli
       }
       const property = (error.parentSchema?.properties as Record<string, unknown> | undefined)?.[key];
       const what = expectedPhrase(property) ?? "a value";
-      const issue = source.issueAt(segments, "key", `expected ${what} (required), got no ${JSON.stringify(key)} key`);
+      const issue = source.issueAt(segments, "key", `expected ${what}, got no ${JSON.stringify(key)} key (it is required)`);
       return { ...issue, path: formatKeyPath(issuePath) };
     }
     case "uniqueItems": {
@@ -324,7 +324,7 @@ function semanticIssues(source: SourceMap, data: unknown): PolicyIssue[] {
           source.issueAt(
             ["watch", index, "path"],
             "value",
-            `expected a directory not watched already, got ${JSON.stringify(entry.path)} again (also watch[${first}].path)`,
+            `expected a directory not watched already, got ${JSON.stringify(entry.path)} (the directory of watch[${first}].path)`,
           ),
         );
       }
