@@ -1,0 +1,54 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { DURATION_PATTERN } from "./duration.ts";
+import { GENERIC_HANDLER_SCHEMA, POLICY_DURATION_PATTERN, POLICY_SCHEMA, policyValidator } from "./schema.ts";
+
+type Schema = Record<string, unknown>;
+
+/** Every object-typed schema node with its path, the root included. */
+function objectNodes(schema: Schema, at = "(root)"): [string, Schema][] {
+  const found: [string, Schema][] = [];
+  const types = ([] as unknown[]).concat(schema.type);
+  if (types.includes("object")) found.push([at, schema]);
+  for (const [key, child] of Object.entries((schema.properties as Record<string, Schema>) ?? {})) {
+    found.push(...objectNodes(child, `${at}.${key}`));
+  }
+  if (typeof schema.items === "object") found.push(...objectNodes(schema.items as Schema, `${at}[]`));
+  if (typeof schema.additionalProperties === "object") {
+    found.push(...objectNodes(schema.additionalProperties as Schema, `${at}.*`));
+  }
+  return found;
+}
+
+test("the schema compiles with ajv in strict mode", () => {
+  assert.equal(typeof policyValidator(), "function");
+});
+
+test("every property of the schema has a description", () => {
+  assert.ok(typeof POLICY_SCHEMA.description === "string");
+  for (const [at, node] of objectNodes(POLICY_SCHEMA)) {
+    for (const [key, child] of Object.entries((node.properties as Record<string, Schema>) ?? {})) {
+      assert.ok(typeof child.description === "string" && child.description.length > 10, `${at}.${key} has no description`);
+    }
+  }
+});
+
+test("unknown keys are refused everywhere; only handlers takes open keys, each a generic handler", () => {
+  const nodes = objectNodes(POLICY_SCHEMA);
+  assert.ok(nodes.length >= 12, `only ${nodes.length} object nodes found`);
+  for (const [at, node] of nodes) {
+    if (at === "(root).handlers") {
+      assert.equal(node.additionalProperties, GENERIC_HANDLER_SCHEMA);
+    } else {
+      assert.equal(node.additionalProperties, false, `${at} accepts unknown keys`);
+    }
+  }
+});
+
+test("durations are checked with duration.ts's pattern, and \"0\" is a duration", () => {
+  assert.ok(POLICY_DURATION_PATTERN.includes(DURATION_PATTERN));
+  const validate = policyValidator();
+  const policy = (gracePeriod: unknown) => ({ version: 1, watch: [{ path: "/x" }], devicePlugins: { gracePeriod } });
+  for (const good of ["0", "0s", "5m", "1h2m3.5s", "250µs"]) assert.equal(validate(policy(good)), true, good);
+  for (const bad of ["00", "5", "5 m", "forever", 300, null]) assert.equal(validate(policy(bad)), false, String(bad));
+});
