@@ -1,0 +1,31 @@
+/**
+ * The edgeplug.v1.Agent service: status and events from the agent's state.
+ * Allocation arrives with the device manager; until then Allocate and
+ * Release answer Unimplemented with a reason a person understands.
+ */
+import type { ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { EventStream } from "./event-stream.ts";
+
+export interface AgentServiceDeps {
+  status: () => StatusResponse;
+  events: EventStream;
+}
+
+const NO_DEVICE_MANAGER = "allocation needs the device manager, which is not in this build";
+
+export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => void {
+  return (router) =>
+    router.service(Agent, {
+      status: () => deps.status(),
+      watchEvents: (_request, context) => deps.events.subscribe(context.signal),
+      allocate: () => {
+        throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      },
+      release: () => {
+        throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      },
+    });
+}

@@ -1,0 +1,75 @@
+/**
+ * Strict argument parsing shared by every command: unknown flags are usage
+ * errors, `--help` short-circuits, and the global `--log-level` is accepted
+ * everywhere.
+ */
+import { parseArgs } from "node:util";
+import { isLogLevel, type LogLevel } from "../log/logger.ts";
+import { parseDuration } from "../policy/duration.ts";
+import { UsageError } from "./command.ts";
+
+type OptionSpec = { type: "string" | "boolean"; multiple?: boolean; short?: string };
+type OptionSpecs = Record<string, OptionSpec>;
+
+type ValueOf<S extends OptionSpec> = S["type"] extends "boolean"
+  ? boolean | undefined
+  : S["multiple"] extends true
+    ? string[] | undefined
+    : string | undefined;
+
+export interface ParsedArgs<S extends OptionSpecs> {
+  values: { [K in keyof S]: ValueOf<S[K]> };
+  positionals: string[];
+  help: boolean;
+  logLevel: LogLevel | undefined;
+}
+
+/** Parses `args` against `options`; throws UsageError naming the bad flag or value. */
+export function parseCommandArgs<S extends OptionSpecs>(
+  command: string,
+  args: string[],
+  options: S,
+  { positionals = false }: { positionals?: boolean } = {},
+): ParsedArgs<S> {
+  let parsed: { values: Record<string, string | boolean | string[] | undefined>; positionals: string[] };
+  try {
+    parsed = parseArgs({
+      args,
+      options: { ...options, help: { type: "boolean", short: "h" }, "log-level": { type: "string" } },
+      allowPositionals: true,
+      strict: true,
+    }) as typeof parsed;
+  } catch (error) {
+    throw new UsageError(`edgeplug ${command}: ${(error as Error).message}`);
+  }
+  const logLevel = parsed.values["log-level"] as string | undefined;
+  if (logLevel !== undefined && !isLogLevel(logLevel)) {
+    throw new UsageError(
+      `edgeplug ${command}: --log-level: expected one of debug, info, warn, error, got ${JSON.stringify(logLevel)}`,
+    );
+  }
+  if (!positionals && parsed.positionals.length > 0) {
+    throw new UsageError(`edgeplug ${command}: unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
+  }
+  return {
+    values: parsed.values as unknown as ParsedArgs<S>["values"],
+    positionals: parsed.positionals,
+    help: parsed.values.help === true,
+    logLevel,
+  };
+}
+
+/** Parses a flag's Go duration, naming the flag when it is not one. */
+export function durationFlag(command: string, flag: string, value: string): number {
+  try {
+    return parseDuration(value);
+  } catch (error) {
+    throw new UsageError(`edgeplug ${command}: --${flag}: ${(error as Error).message}`);
+  }
+}
+
+/** Parses `--output`, which every reporting command accepts. */
+export function outputFlag(command: string, value: string | undefined): "text" | "json" {
+  if (value === undefined || value === "text" || value === "json") return value ?? "text";
+  throw new UsageError(`edgeplug ${command}: --output: expected text or json, got ${JSON.stringify(value)}`);
+}

@@ -1,0 +1,160 @@
+/**
+ * `edgeplug status`: asks the running agent over its API socket and prints
+ * the status for people (a table) or scripts (SPEC.md section 5 JSON);
+ * `--watch` then prints every event as it arrives.
+ */
+import { createClient } from "@connectrpc/connect";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
+import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
+import { pluginToJson, statusToJson, statusToText } from "../api/status.ts";
+import { resolvePolicy } from "../policy/load.ts";
+import { dialUnix } from "../rpc/unix-channel.ts";
+import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { outputFlag, parseCommandArgs } from "./args.ts";
+import type { Command } from "./command.ts";
+import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
+
+const usage = `Usage: edgeplug status [--config PATH | --api SOCKET] [--output text|json] [--watch]
+
+Asks the running agent for every known plugin socket, resource and allocation.
+
+Options:
+  --config PATH        find the agent through this policy's api.socket
+  --api SOCKET         the agent's API socket (overrides --config)
+  --output text|json   a table for people (default) or SPEC JSON for scripts
+  --watch              after the status, print each event as it comes (JSON: one object per line)
+  --log-level LEVEL    debug, info, warn or error
+  -h, --help           this help
+
+Exit codes: 0 answered, 1 agent unreachable, 2 bad usage.
+`;
+
+const options = {
+  config: { type: "string" },
+  api: { type: "string" },
+  output: { type: "string" },
+  watch: { type: "boolean" },
+} as const;
+
+/** How long to wait for the agent to answer before calling it unreachable. */
+const STATUS_TIMEOUT_MS = 5_000;
+
+export const statusCommand: Command = {
+  name: "status",
+  summary: "show the running agent's plugins, resources and allocations",
+  usage,
+  async run(args, io) {
+    const parsed = parseCommandArgs("status", args, options);
+    if (parsed.help) {
+      io.stdout(usage);
+      return EXIT_OK;
+    }
+    const output = outputFlag("status", parsed.values.output);
+    const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config);
+    const channel = dialUnix(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });
+    try {
+      const client = createClient(Agent, channel.transport);
+      if (!parsed.values.watch) {
+        const status = await client.status({}, { timeoutMs: STATUS_TIMEOUT_MS, signal: io.signal });
+        io.stdout(output === "json" ? JSON.stringify(statusToJson(status), null, 2) + "\n" : statusToText(status));
+        return EXIT_OK;
+      }
+      for await (const event of client.watchEvents({}, { signal: io.signal })) {
+        io.stdout(output === "json" ? JSON.stringify(eventToJson(event)) + "\n" : eventToText(event));
+      }
+      return EXIT_OK;
+    } catch (error) {
+      if (io.signal.aborted) return EXIT_OK;
+      io.stderr(`edgeplug status: agent at ${socket} unreachable: ${describe(error)}\n`);
+      return EXIT_FAILURE;
+    } finally {
+      channel.close();
+    }
+  },
+};
+
+/**
+ * The API socket named by `--api`, else by the policy's `api.socket` (from
+ * `--config`, or the default policy).
+ */
+export async function apiSocketFor(command: string, api: string | undefined, config: string | undefined): Promise<string> {
+  if (api !== undefined) return api;
+  const policy = await resolvePolicy(config);
+  if (policy.api.socket === null) {
+    throw new UsageError(`edgeplug ${command}: the policy ${policy.source} disables the API (api.socket: null); pass --api SOCKET`);
+  }
+  return policy.api.socket;
+}
+
+function describe(error: unknown): string {
+  const kind = classifyRpcError(error);
+  if (kind === "missing") return "no socket there (is the agent running?)";
+  if (kind === "stale") return "connection refused (stale socket: the agent is not running)";
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** One JSON object per event: the snapshot as SPEC JSON, changes by kind. */
+export function eventToJson(event: Event): Record<string, unknown> {
+  const head = { sequence: Number(event.sequence), time: event.time ? timestampDate(event.time).toISOString() : null };
+  switch (event.kind.case) {
+    case "snapshot":
+      return { ...head, kind: "snapshot", snapshot: statusToJson(event.kind.value) };
+    case "plugin":
+      return {
+        ...head,
+        kind: "plugin",
+        removed: event.kind.value.removed,
+        plugin: event.kind.value.plugin ? pluginToJson(event.kind.value.plugin) : null,
+      };
+    case "resource": {
+      const resource = event.kind.value.resource;
+      return { ...head, kind: "resource", removed: event.kind.value.removed, resource: resource ?? null };
+    }
+    case "allocation":
+      return {
+        ...head,
+        kind: "allocation",
+        owner: event.kind.value.owner,
+        released: event.kind.value.released,
+        allocations: event.kind.value.allocations.map((a) => ({
+          owner: a.owner,
+          container: a.container,
+          resource: a.resource,
+          devices: [...a.devices],
+        })),
+      };
+    default:
+      return { ...head, kind: "unknown" };
+  }
+}
+
+function eventToText(event: Event): string {
+  const time = event.time ? timestampDate(event.time).toISOString() : "-";
+  switch (event.kind.case) {
+    case "snapshot":
+      return statusToText(event.kind.value) + "\n";
+    case "plugin": {
+      const plugin = event.kind.value.plugin;
+      if (!plugin) return "";
+      const state = event.kind.value.removed ? "removed" : plugin.state;
+      const what = [plugin.type, plugin.name].filter(Boolean).join(" ");
+      const error = plugin.error && !event.kind.value.removed ? `: ${plugin.error}` : "";
+      return `${time} plugin ${state.padEnd(10)} ${plugin.socket}${what ? ` (${what})` : ""}${error}\n`;
+    }
+    case "resource": {
+      const resource = event.kind.value.resource;
+      if (!resource) return "";
+      const state = event.kind.value.removed ? "removed" : resource.connected ? "connected" : "disconnected";
+      return `${time} resource ${resource.name} ${state} ${resource.healthy.length}/${resource.capacity} healthy\n`;
+    }
+    case "allocation": {
+      const { owner, released, allocations } = event.kind.value;
+      const devices = allocations.map((a) => `${a.resource}=${a.devices.join(",")}`).join(" ");
+      return `${time} ${released ? "released" : "allocated"} ${owner}${devices ? ` ${devices}` : ""}\n`;
+    }
+    default:
+      return "";
+  }
+}
+
