@@ -1,0 +1,53 @@
+/**
+ * Runs `main` as the process: SIGTERM/SIGINT abort the commands' signal, and
+ * the process ends with the command's exit code.
+ *
+ * How the process ends: the exit code is set on `process.exitCode` and the
+ * event loop is left to drain, so buffered output is never cut off and a
+ * command that leaves a socket or timer open is noticed rather than hidden.
+ * Should anything still hold the loop a second after the command returned,
+ * a warning is logged and the process exits anyway: a CLI must never hang
+ * (SPEC.md: on SIGTERM the agent exits within 2 s).
+ */
+import process from "node:process";
+import { setTimeout } from "node:timers";
+import { createLogger } from "../log/logger.ts";
+import { main } from "./cli.ts";
+
+/** How long open handles may keep the process alive after the command returned. */
+const DRAIN_GRACE_MS = 1000;
+
+const SIGNAL_NUMBERS = { SIGINT: 2, SIGTERM: 15 } as const;
+type StopSignal = keyof typeof SIGNAL_NUMBERS;
+
+/**
+ * Runs the command in `argv` (the arguments after the executable) and sets
+ * the process's exit code. A second SIGTERM/SIGINT while the command is still
+ * stopping exits at once with 128 + the signal number, as shells expect.
+ */
+export async function runAsProcess(argv: string[]): Promise<void> {
+  const log = createLogger();
+  const controller = new AbortController();
+  const onSignal = (signal: StopSignal) => {
+    if (!controller.signal.aborted) {
+      log.debug("stopping", { signal });
+      controller.abort(new Error(`received ${signal}`));
+      return;
+    }
+    process.exit(128 + SIGNAL_NUMBERS[signal]);
+  };
+  const handlers = (Object.keys(SIGNAL_NUMBERS) as StopSignal[]).map((signal) => {
+    const handler = () => onSignal(signal);
+    process.on(signal, handler);
+    return { signal, handler };
+  });
+
+  const code = await main(argv, { signal: controller.signal, log });
+
+  for (const { signal, handler } of handlers) process.off(signal, handler);
+  process.exitCode = code;
+  setTimeout(() => {
+    log.warn("open handles kept the process alive after the command finished; exiting", { exitCode: code });
+    process.exit(code);
+  }, DRAIN_GRACE_MS).unref();
+}

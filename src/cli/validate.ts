@@ -1,0 +1,48 @@
+/**
+ * `edgeplug validate [--config PATH]`: parses and checks a policy without
+ * starting anything. Prints `ok` on stdout, or every located error on stderr.
+ * Without --config it checks the policy the agent would use (SPEC.md
+ * section 1): /etc/edgeplug/policy.yaml when it exists, else the embedded one.
+ */
+import { PolicyError } from "../policy/errors.ts";
+import { resolvePolicy } from "../policy/load.ts";
+import { parseCommandArgs } from "./args.ts";
+import type { Command } from "./command.ts";
+import { EXIT_OK, EXIT_USAGE } from "./command.ts";
+import { COMMON_OPTIONS_HELP } from "./help.ts";
+
+const usage = `Usage: edgeplug validate [--config PATH]
+
+Parses and checks a policy; prints "ok" on stdout, or every error on stderr as
+FILE:LINE:COLUMN: key.path: what was expected, what was found.
+Without --config: /etc/edgeplug/policy.yaml if it exists, else the embedded default policy.
+
+Options:
+  --config PATH        the policy file to check
+${COMMON_OPTIONS_HELP}
+
+Exit codes: 0 valid, 2 invalid or bad usage.
+`;
+
+export const validateCommand: Command = {
+  name: "validate",
+  summary: "check a policy file without starting anything",
+  usage,
+  async run(args, io) {
+    const parsed = parseCommandArgs("validate", args, { config: { type: "string" } });
+    if (parsed.help) {
+      io.stdout(usage);
+      return EXIT_OK;
+    }
+    try {
+      const policy = await resolvePolicy(parsed.values.config);
+      io.log.debug("policy is valid", { source: policy.source });
+    } catch (error) {
+      if (!(error instanceof PolicyError)) throw error;
+      io.stderr(error.message + "\n");
+      return EXIT_USAGE;
+    }
+    io.stdout("ok\n");
+    return EXIT_OK;
+  },
+};
