@@ -337,3 +337,26 @@ test("resolvePolicy: --config, else the system policy when present, else the emb
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("a list used as a key is an error, located, and the yaml package prints nothing to stderr", () => {
+  const printed: unknown[] = [];
+  const { emitWarning } = process;
+  const { warn } = console;
+  process.emitWarning = ((warning: unknown) => void printed.push(warning)) as typeof process.emitWarning;
+  console.warn = (...args: unknown[]) => void printed.push(args);
+  try {
+    const error = rejection(`${minimal}handlers:\n  ? [a, b]\n  : { kind: generic }\n`);
+    assert.deepEqual(error.issues.map(located), ["5:5 handlers: expected a plain key, got a list as a key"]);
+  } finally {
+    process.emitWarning = emitWarning;
+    console.warn = warn;
+  }
+  assert.deepEqual(printed, []);
+});
+
+test("an unknown key gets a suggestion only when a known key is close", () => {
+  const close = rejection(`${minimal}reconcile: { resycn: 5s }\n`).issues[0]!.message;
+  assert.match(close, /got unknown key "resycn" \(did you mean "resync"\?\)$/);
+  const far = rejection(`${minimal}a: 1\n`).issues[0]!.message;
+  assert.match(far, /got unknown key "a"$/);
+});

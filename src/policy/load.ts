@@ -32,7 +32,8 @@ export const DEFAULT_POLICY_PATH = "/etc/edgeplug/policy.yaml";
 export function parsePolicy(text: string, file: string): Policy {
   const lineCounter = new LineCounter();
   // Duplicate keys are found below, where the key path and the first occurrence are known.
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: false });
+  // logLevel "error": yaml would otherwise print its own warnings to stderr; they are reported below.
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: false, logLevel: "error" });
   const source = new SourceMap(doc, lineCounter, file);
 
   const syntaxProblems = [...doc.errors, ...doc.warnings];
@@ -44,7 +45,7 @@ export function parsePolicy(text: string, file: string): Policy {
   }
 
   const data: unknown = doc.toJS();
-  const issues = [...duplicateKeyIssues(source), ...schemaIssues(source, data), ...semanticIssues(source, data)];
+  const issues = [...keyIssues(source), ...schemaIssues(source, data), ...semanticIssues(source, data)];
   if (issues.length > 0) throw new PolicyError(sortIssues(dedupe(issues)));
   return withDefaults(data as RawPolicy, handlerOrder(source), file);
 }
@@ -163,11 +164,13 @@ class SourceMap {
   }
 }
 
+/** A key as toJS() names it (an empty key is ""). */
 function keyText(key: unknown): string {
-  return isScalar(key) ? String(key.value) : String(key);
+  if (isScalar(key)) return key.value === null ? "" : String(key.value);
+  return String(key);
 }
 
-function duplicateKeyIssues(source: SourceMap): PolicyIssue[] {
+function keyIssues(source: SourceMap): PolicyIssue[] {
   const issues: PolicyIssue[] = [];
   const walk = (node: unknown, segments: Segment[]): void => {
     if (isMap(node)) {
@@ -175,6 +178,11 @@ function duplicateKeyIssues(source: SourceMap): PolicyIssue[] {
       for (const pair of node.items) {
         const key = keyText(pair.key);
         const keyNode = pair.key as YamlNode;
+        if (!isScalar(keyNode)) {
+          const found = isSeq(keyNode) ? "a list" : isMap(keyNode) ? "a mapping" : "no key";
+          issues.push(source.issueAtOffset(keyNode?.range?.[0] ?? 0, segments, `expected a plain key, got ${found} as a key`));
+          continue;
+        }
         const seenAt = firstLine.get(key);
         if (seenAt === undefined) {
           firstLine.set(key, source.lineOf(keyNode));
@@ -284,7 +292,10 @@ function describeFound(value: unknown): string {
 
 /** ` (did you mean "recursive"?)` when a known key is one or two edits away, or differs only in case. */
 function suggestion(key: string, known: readonly string[]): string {
-  const close = known.find((candidate) => candidate.toLowerCase() === key.toLowerCase() || editDistance(candidate, key) <= 2);
+  const allowedEdits = key.length >= 5 ? 2 : 1;
+  const close = known.find(
+    (candidate) => candidate.toLowerCase() === key.toLowerCase() || editDistance(candidate, key) <= allowedEdits,
+  );
   return close === undefined ? "" : ` (did you mean ${JSON.stringify(close)}?)`;
 }
 

@@ -1,7 +1,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DURATION_PATTERN } from "./duration.ts";
-import { GENERIC_HANDLER_SCHEMA, POLICY_DURATION_PATTERN, POLICY_SCHEMA, policyValidator } from "./schema.ts";
+import { Ajv } from "ajv";
+import {
+  GENERIC_HANDLER_SCHEMA,
+  POLICY_AJV_OPTIONS,
+  POLICY_DURATION_PATTERN,
+  POLICY_SCHEMA,
+  policyValidator,
+} from "./schema.ts";
 
 type Schema = Record<string, unknown>;
 
@@ -20,7 +27,10 @@ function objectNodes(schema: Schema, at = "(root)"): [string, Schema][] {
   return found;
 }
 
-test("the schema compiles with ajv in strict mode", () => {
+test("the schema is a valid draft-07 schema and compiles with ajv in strict mode", () => {
+  const ajv = new Ajv({ ...POLICY_AJV_OPTIONS, validateSchema: true });
+  assert.equal(ajv.validateSchema(POLICY_SCHEMA), true, ajv.errorsText());
+  assert.equal(typeof ajv.compile(POLICY_SCHEMA), "function");
   assert.equal(typeof policyValidator(), "function");
 });
 
