@@ -1,0 +1,126 @@
+/**
+ * The single executable as shipped (dist/edgeplug, made by `npm run build`,
+ * which `npm test` runs first): an ELF file that carries Node 24 and the
+ * bundle, runs with an empty environment from an empty directory, knows it is
+ * the SEA, and validates policies.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import packageJson from "../package.json" with { type: "json" };
+
+const repoRoot = fileURLToPath(new URL("../", import.meta.url));
+const binary = path.join(repoRoot, "dist", "edgeplug");
+const configDir = path.join(repoRoot, "config");
+
+interface Outcome {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs dist/edgeplug the way `env -i` would: no environment variables, from `cwd`. */
+function runBinary(args: string[], cwd: string): Promise<Outcome> {
+  return new Promise((resolve, reject) => {
+    execFile(binary, args, { cwd, env: {}, encoding: "utf8", timeout: 30_000 }, (error, stdout, stderr) => {
+      if (error && typeof error.code !== "number") return reject(error);
+      resolve({ code: error ? (error.code as number) : 0, stdout, stderr });
+    });
+  });
+}
+
+function emptyDir(t: { after: (fn: () => void) => void }): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ep-bin-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+test("dist/edgeplug exists (npm run build) and is an ELF executable", () => {
+  assert.ok(fs.existsSync(binary), `${binary} is missing: run npm run build`);
+  const header = Buffer.alloc(4);
+  const fd = fs.openSync(binary, "r");
+  try {
+    fs.readSync(fd, header, 0, 4, 0);
+  } finally {
+    fs.closeSync(fd);
+  }
+  assert.deepEqual([...header], [0x7f, 0x45, 0x4c, 0x46], "ELF magic");
+  assert.ok((fs.statSync(binary).mode & 0o111) !== 0, "executable bits");
+});
+
+test("env -i dist/edgeplug version from an empty directory prints SPEC's line naming Node 24", async (t) => {
+  const result = await runBinary(["version"], emptyDir(t));
+  assert.equal(result.code, 0, result.stderr);
+  const version = packageJson.version.replaceAll(".", "\\.");
+  assert.match(result.stdout, new RegExp(`^edgeplug ${version} node v24\\.\\d+\\.\\d+ ${process.platform}-${process.arch} [0-9a-f]{4,40}\\n$`));
+  assert.equal(result.stderr, "", "no experimental-feature warning or other noise");
+});
+
+test("version --verbose shows node:sea's isSea() is true inside the executable", async (t) => {
+  const result = await runBinary(["version", "--verbose"], emptyDir(t));
+  assert.equal(result.code, 0, result.stderr);
+  const lines = result.stdout.trimEnd().split("\n");
+  assert.ok(lines.includes("sea: true"), result.stdout);
+  assert.ok(lines.includes(`executable: ${binary}`), result.stdout);
+});
+
+test("the executable validates every policy in config/", { concurrency: true }, async (t) => {
+  const cwd = emptyDir(t);
+  const files = fs.readdirSync(configDir).filter((name) => name.endsWith(".yaml"));
+  assert.ok(files.includes("dev.yaml"));
+  await Promise.all(
+    files.map((file) =>
+      t.test(file, async () => {
+        const result = await runBinary(["validate", "--config", path.join(configDir, file)], cwd);
+        assert.equal(result.code, 0, result.stderr);
+        assert.equal(result.stdout, "ok\n");
+      }),
+    ),
+  );
+});
+
+test("the executable rejects a bad policy with exit 2 and a located error", async (t) => {
+  const dir = emptyDir(t);
+  const file = path.join(dir, "bad.yaml");
+  fs.writeFileSync(file, "version: 1\nwatch:\n  - path: /var/lib/kubelet/plugins_registry\nreconcile:\n  resync: fast\n");
+  const result = await runBinary(["validate", "--config", file], dir);
+  assert.equal(result.code, 2);
+  assert.equal(result.stdout, "");
+  assert.match(result.stderr, new RegExp(`^${file.replaceAll(".", "\\.")}:5:11: reconcile\\.resync: .*"fast"`, "m"));
+});
+
+test("the executable answers --help and bad usage like the source", async (t) => {
+  const cwd = emptyDir(t);
+  const [help, unknown] = await Promise.all([runBinary(["--help"], cwd), runBinary(["frobnicate"], cwd)]);
+  assert.equal(help.code, 0, help.stderr);
+  assert.match(help.stdout, /^Usage: edgeplug /);
+  assert.equal(unknown.code, 2);
+  assert.match(unknown.stderr, /unknown command "frobnicate"/);
+});
+
+test("the executable runs one reconcile pass over an empty registration directory", async (t) => {
+  const dir = emptyDir(t);
+  const policy = path.join(dir, "policy.yaml");
+  fs.writeFileSync(
+    policy,
+    [
+      "version: 1",
+      "watch:",
+      `  - path: ${dir}/registry`,
+      "devicePlugins: { registrationSocket: null }",
+      `checkpoint: { path: ${dir}/state/checkpoint }`,
+      "api: { socket: null, metrics: null }",
+      "",
+    ].join("\n"),
+  );
+  const result = await runBinary(["run", "--config", policy, "--reconcile-once", "--timeout", "2s", "--output", "json"], dir);
+  assert.equal(result.code, 0, result.stderr);
+  const report = JSON.parse(result.stdout);
+  assert.equal(report.ok, true);
+  assert.deepEqual(report.plugins, []);
+  assert.ok(fs.statSync(path.join(dir, "registry")).isDirectory(), "the watched directory was created");
+});
