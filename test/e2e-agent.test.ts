@@ -1,0 +1,223 @@
+/**
+ * End-to-end on the built executable: the daemon (register, deregister,
+ * status, clean stop, socket already in use) and `--reconcile-once` (exit
+ * codes, timeout, expectations, bad policy), with real plugins on real sockets.
+ */
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+import { createClient } from "@connectrpc/connect";
+import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
+import { dialUnix } from "../src/rpc/unix-channel.ts";
+import {
+  openDescriptors,
+  waitForPath,
+  runEdgeplug,
+  shortTempDir,
+  startEdgeplug,
+  writePolicy,
+} from "./support/agent-process.ts";
+import { startFakePlugin } from "./support/fake-plugin.ts";
+
+const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
+
+test("daemon registers a plugin, shows it in status, deregisters it, and stops cleanly", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+  const pid = agent.child.pid!;
+
+  const channel = dialUnix(policy.apiSocket);
+  t.after(() => channel.close());
+  const client = createClient(Agent, channel.transport);
+  const watch = new AbortController();
+  const events = client.watchEvents({}, { signal: watch.signal })[Symbol.asyncIterator]();
+  const snapshot = await events.next();
+  assert.equal(snapshot.value.kind.case, "snapshot");
+  const descriptorsAtStart = openDescriptors(pid);
+
+  // Five plugins come and go; each registers and leaves the list again.
+  for (let round = 0; round < 5; round++) {
+    const plugin = await startFakePlugin({ socketPath: path.join(policy.registry, `thermo-${round}.sock`), info: sensor });
+    assert.deepEqual(await plugin.waitForNotify(), { ...plugin.notifications()[0], registered: true, error: "" });
+    const status = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json"]);
+    assert.equal(status.code, 0, status.stderr);
+    const shown = JSON.parse(status.stdout);
+    assert.equal(shown.ok, true);
+    assert.deepEqual(
+      shown.plugins.map((p: Record<string, unknown>) => [p.socket, p.type, p.name, p.state, p.error]),
+      [[plugin.socketPath, sensor.type, sensor.name, "registered", null]],
+    );
+    await plugin.stop();
+    for (;;) {
+      const { value } = await events.next();
+      if (value.kind.case === "plugin" && value.kind.value.removed) {
+        assert.equal(value.kind.value.plugin?.socket, plugin.socketPath);
+        break;
+      }
+    }
+  }
+  // Registration connections are closed after each attempt, and nothing else accumulates.
+  assert.ok(
+    openDescriptors(pid) <= descriptorsAtStart,
+    `descriptors grew from ${descriptorsAtStart} to ${openDescriptors(pid)}`,
+  );
+  watch.abort();
+  channel.close();
+
+  const survivor = await startFakePlugin({ socketPath: path.join(policy.registry, "survivor.sock"), info: sensor });
+  t.after(() => survivor.stop());
+  await survivor.waitForNotify();
+  const stoppedAt = performance.now();
+  agent.child.kill("SIGTERM");
+  const { code } = await agent.exited;
+  assert.equal(code, 0, agent.stderr());
+  assert.ok(performance.now() - stoppedAt < 2000, "exits within 2 s of SIGTERM");
+  assert.equal(fs.existsSync(policy.apiSocket), false, "the API socket is removed");
+  assert.equal(fs.lstatSync(survivor.socketPath).isSocket(), true, "plugin sockets are never touched");
+});
+
+test("a second daemon on the same API socket exits 1 naming the holder", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const first = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => first.child.kill("SIGKILL"));
+  await first.waitForLog("edgeplug running");
+
+  const second = await runEdgeplug(["run", "--config", policy.path]);
+  assert.equal(second.code, 1);
+  assert.match(second.stderr, /api\.sock is in use by another edgeplug \(node e2e-node\)/);
+
+  first.child.kill("SIGTERM");
+  assert.equal((await first.exited).code, 0);
+});
+
+test("status exits 1 when no agent is running", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const result = await runEdgeplug(["status", "--api", path.join(dir, "nothing.sock")]);
+  assert.equal(result.code, 1);
+  assert.match(result.stderr, /unreachable: no socket there/);
+});
+
+test("--reconcile-once exits 0 when every plugin registers, with the JSON report", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const plugins = await Promise.all(
+    [0, 1].map((i) => startFakePlugin({ socketPath: path.join(policy.registry, `s${i}.sock`), info: sensor })),
+  );
+  t.after(() => Promise.all(plugins.map((p) => p.stop())));
+
+  const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--output", "json"]);
+  assert.equal(result.code, 0, result.stderr);
+  const report = JSON.parse(result.stdout);
+  assert.equal(report.schema, 1);
+  assert.equal(report.ok, true);
+  assert.equal(report.node, "e2e-node");
+  assert.ok(!Number.isNaN(Date.parse(report.startedAt)));
+  assert.equal(typeof report.durationMs, "number");
+  assert.deepEqual(
+    report.plugins.map((p: Record<string, unknown>) => [p.name, p.state, p.attempts]),
+    [
+      [sensor.name, "registered", 1],
+      [sensor.name, "registered", 1],
+    ],
+  );
+  for (const plugin of plugins) assert.equal((await plugin.waitForNotify()).registered, true);
+  assert.equal(fs.existsSync(policy.apiSocket), false, "--reconcile-once never binds the API socket");
+});
+
+test("--reconcile-once exits 1 with a plugin no handler takes, saying why", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  const stranger = await startFakePlugin({
+    socketPath: path.join(policy.registry, "stranger.sock"),
+    info: { type: "other.io/Thing", name: "other.io/thing" },
+  });
+  t.after(() => Promise.all([good.stop(), stranger.stop()]));
+
+  const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1s", "--output", "json"]);
+  assert.equal(result.code, 1, result.stderr);
+  const report = JSON.parse(result.stdout);
+  assert.equal(report.ok, false);
+  const byName = Object.fromEntries(report.plugins.map((p: Record<string, unknown>) => [p.name, p]));
+  assert.equal(byName[sensor.name].state, "registered");
+  assert.equal(byName["other.io/thing"].state, "failed");
+  assert.match(byName["other.io/thing"].error, /no handler registered for plugin type: other\.io\/Thing/);
+  const refusal = await stranger.waitForNotify();
+  assert.equal(refusal.registered, false);
+});
+
+test("--reconcile-once honours --timeout when a plugin hangs in GetInfo", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir, { reconcile: "  timeouts: { getInfo: 300ms }\n  backoff: { initial: 50ms, max: 100ms }" });
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const hanging = await startFakePlugin({ socketPath: path.join(policy.registry, "hang.sock"), info: sensor, hangGetInfo: true });
+  t.after(() => hanging.stop());
+
+  const started = performance.now();
+  const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1500ms", "--output", "json"]);
+  const elapsed = performance.now() - started;
+  assert.equal(result.code, 1, result.stderr);
+  const report = JSON.parse(result.stdout);
+  assert.equal(report.plugins[0].state, "failed");
+  assert.match(report.plugins[0].error, /GetInfo/);
+  assert.ok(report.durationMs >= 1500, `ran ${report.durationMs} ms`);
+  assert.ok(elapsed < 5000, `took ${elapsed} ms, far beyond --timeout 1500ms`);
+});
+
+test("--reconcile-once --expect waits for a socket that appears late", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const agent = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--expect", "1", "--timeout", "20s", "--output", "json"]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  // The agent creates the watch dir at start; the plugin arrives after that.
+  await waitForPath(policy.registry);
+  const late = await startFakePlugin({ socketPath: path.join(policy.registry, "late.sock"), info: sensor });
+  t.after(() => late.stop());
+  const { code } = await agent.exited;
+  assert.equal(code, 0, agent.stderr());
+  const report = JSON.parse(agent.stdout());
+  assert.deepEqual(report.expectations, { expect: 1, require: [], unmet: [] });
+  assert.equal(report.plugins[0].socket, late.socketPath);
+  assert.ok(report.durationMs < 20_000);
+});
+
+test("--reconcile-once --require fails naming the missing plugin", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const present = await startFakePlugin({ socketPath: path.join(policy.registry, "p.sock"), info: sensor });
+  t.after(() => present.stop());
+  const result = await runEdgeplug([
+    "run", "--config", policy.path, "--reconcile-once", "--timeout", "500ms",
+    "--require", sensor.name, "--require", "acme.io/missing",
+  ]);
+  assert.equal(result.code, 1, result.stderr);
+  assert.match(result.stdout, /unmet: required plugin acme\.io\/missing is not registered/);
+  assert.doesNotMatch(result.stdout, /required plugin acme\.io\/thermo/);
+});
+
+test("--reconcile-once exits 2 on a bad policy and changes nothing on disk", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const file = path.join(dir, "bad.yaml");
+  fs.writeFileSync(file, `version: 1\nwatch:\n  - path: ${dir}/registry\nreconcile:\n  resync: fast\n`);
+  const result = await runEdgeplug(["run", "--config", file, "--reconcile-once"]);
+  assert.equal(result.code, 2);
+  assert.match(result.stderr, /bad\.yaml:5:11: reconcile\.resync: expected a duration like "30s", got "fast"/);
+  assert.equal(fs.existsSync(path.join(dir, "registry")), false, "the watch dir was not created");
+});

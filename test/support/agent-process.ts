@@ -1,0 +1,168 @@
+/**
+ * Runs the built executable (dist/edgeplug) as a child process for
+ * end-to-end tests: a policy file in a temp dir, stderr parsed as JSON log
+ * lines, and helpers that wait for what the agent says or does.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const EDGEPLUG_BINARY = fileURLToPath(new URL("../../dist/edgeplug", import.meta.url));
+
+/** Fails with a clear message when the executable has not been built. */
+export function requireBinary(): string {
+  if (!fs.existsSync(EDGEPLUG_BINARY)) {
+    throw new Error(`${EDGEPLUG_BINARY} is missing: run "npm run build" first (npm test does)`);
+  }
+  return EDGEPLUG_BINARY;
+}
+
+/** A short temp dir (unix socket paths must stay under 108 bytes), removed by the returned cleanup. */
+export function shortTempDir(prefix = "ep-"): { dir: string; cleanup: () => void } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  return { dir, cleanup: () => fs.rmSync(dir, { recursive: true, force: true }) };
+}
+
+export interface TestPolicyFile {
+  path: string;
+  registry: string;
+  apiSocket: string;
+}
+
+/** Writes a policy for an agent living entirely under `dir`, with `extra` YAML appended to `handlers`. */
+export function writePolicy(
+  dir: string,
+  options: { handlers?: string; reconcile?: string; api?: boolean } = {},
+): TestPolicyFile {
+  const registry = path.join(dir, "registry");
+  const apiSocket = path.join(dir, "api.sock");
+  const file = path.join(dir, "policy.yaml");
+  fs.writeFileSync(
+    file,
+    [
+      "version: 1",
+      "nodeName: e2e-node",
+      "watch:",
+      `  - path: ${registry}`,
+      "handlers:",
+      options.handlers ??
+        ["  DevicePlugin: {}", "  acme.io/Sensor:", "    kind: generic", "    versions: [v1]"].join("\n"),
+      "devicePlugins:",
+      "  registrationSocket: null",
+      "checkpoint:",
+      `  path: ${path.join(dir, "state", "kubelet_internal_checkpoint")}`,
+      "reconcile:",
+      options.reconcile ?? "  backoff: { initial: 50ms, max: 500ms }",
+      "api:",
+      `  socket: ${options.api === false ? "null" : apiSocket}`,
+      "  metrics: null",
+      "log: { level: info, format: json }",
+      "",
+    ].join("\n"),
+  );
+  return { path: file, registry, apiSocket };
+}
+
+export interface AgentProcess {
+  child: ChildProcess;
+  /** Log records so far (stderr JSON lines). */
+  logs(): Array<Record<string, unknown>>;
+  stdout(): string;
+  stderr(): string;
+  /** Resolves with the first log record whose `msg` is `message` (already logged or not). */
+  waitForLog(message: string, timeoutMs?: number): Promise<Record<string, unknown>>;
+  /** Resolves with the exit code. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts `dist/edgeplug ...args`. */
+export function startEdgeplug(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): AgentProcess {
+  const child = spawn(requireBinary(), args, {
+    cwd: options.cwd,
+    env: options.env ?? { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  const records: Array<Record<string, unknown>> = [];
+  const waiters = new Set<() => void>();
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    stderr += chunk;
+    const lines = stderr.split("\n");
+    records.length = 0;
+    for (const line of lines) {
+      if (!line.startsWith("{")) continue;
+      try {
+        records.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        // a line still being written
+      }
+    }
+    for (const wake of waiters) wake();
+  });
+  const exited = once(child, "close").then(([code, signal]) => {
+    for (const wake of waiters) wake();
+    return { code: code as number | null, signal: signal as NodeJS.Signals | null };
+  });
+  let done = false;
+  void exited.then(() => (done = true));
+  return {
+    child,
+    logs: () => [...records],
+    stdout: () => stdout,
+    stderr: () => stderr,
+    exited,
+    waitForLog(message, timeoutMs = 10_000) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const found = records.find((record) => record.msg === message);
+          if (found) {
+            finish();
+            resolve(found);
+          } else if (done) {
+            finish();
+            reject(new Error(`edgeplug exited before logging ${JSON.stringify(message)}; stderr:\n${stderr}`));
+          }
+        };
+        const timer = setTimeout(() => {
+          finish();
+          reject(new Error(`timed out waiting for log ${JSON.stringify(message)}; stderr:\n${stderr}`));
+        }, timeoutMs);
+        const finish = () => {
+          clearTimeout(timer);
+          waiters.delete(check);
+        };
+        waiters.add(check);
+        check();
+      });
+    },
+  };
+}
+
+/** Runs `dist/edgeplug ...args` to completion. */
+export async function runEdgeplug(
+  args: string[],
+  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const agent = startEdgeplug(args, options);
+  const { code } = await agent.exited;
+  return { code, stdout: agent.stdout(), stderr: agent.stderr() };
+}
+
+/** Open descriptors of a process, by /proc. */
+export function openDescriptors(pid: number): number {
+  return fs.readdirSync(`/proc/${pid}/fd`).length;
+}
+
+/** Resolves once `target` exists (state only the filesystem shows, so it is polled, with a deadline). */
+export async function waitForPath(target: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!fs.existsSync(target)) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${target} to exist`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
