@@ -1,0 +1,92 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createHealth } from "./health.ts";
+
+function clock(start = 1_000_000) {
+  let now = start;
+  return { now: () => now, advance: (ms: number) => void (now += ms) };
+}
+
+test("healthy while the reconciler beats; stale after three silent resync periods, with the reason", () => {
+  const time = clock();
+  const health = createHealth({ resyncMs: 10_000, heartbeats: ["reconciler"], now: time.now });
+  assert.equal(health.liveness().ok, true);
+  time.advance(25_000);
+  health.heartbeat("reconciler");
+  time.advance(30_000);
+  assert.equal(health.liveness().ok, true, "exactly three periods is still within the bound");
+  time.advance(1);
+  const verdict = health.liveness();
+  assert.equal(verdict.ok, false);
+  assert.deepEqual(verdict.checks, [
+    {
+      name: "reconciler",
+      ok: false,
+      detail: "no heartbeat for 30.001s (bound 30s: 3 resync periods of 10s)",
+    },
+  ]);
+  health.heartbeat("reconciler");
+  assert.equal(health.liveness().ok, true, "one heartbeat makes it healthy again");
+});
+
+test("a declared source that never beats goes stale; one that stalls alone fails alone", () => {
+  const time = clock();
+  const health = createHealth({ resyncMs: 1_000, heartbeats: ["reconciler", "watcher"], now: time.now });
+  time.advance(2_000);
+  health.heartbeat("watcher");
+  time.advance(1_500);
+  assert.deepEqual(
+    health.liveness().checks.map((check) => [check.name, check.ok]),
+    [["reconciler", false], ["watcher", true]],
+  );
+});
+
+test("the stall hook drops heartbeats, as a stuck loop would", () => {
+  const time = clock();
+  let stalled = false;
+  const health = createHealth({
+    resyncMs: 100,
+    heartbeats: ["reconciler"],
+    now: time.now,
+    isStalled: (source) => stalled && source === "reconciler",
+  });
+  stalled = true;
+  for (let pass = 0; pass < 5; pass++) {
+    time.advance(100);
+    health.heartbeat("reconciler");
+  }
+  assert.equal(health.liveness().ok, false);
+  stalled = false;
+  health.heartbeat("reconciler");
+  assert.equal(health.liveness().ok, true);
+});
+
+test("a longer resync period after a reload widens the bound", () => {
+  const time = clock();
+  const health = createHealth({ resyncMs: 1_000, heartbeats: ["reconciler"], now: time.now });
+  time.advance(5_000);
+  assert.equal(health.liveness().ok, false);
+  health.setResyncPeriod(10_000);
+  assert.equal(health.liveness().ok, true);
+  assert.throws(() => health.setResyncPeriod(0), /resync period must be a positive duration, got 0 ms/);
+});
+
+test("ready only when every gate is done, including gates added later", () => {
+  const health = createHealth({ resyncMs: 10_000, gates: ["initial-walk", "api-serving"] });
+  assert.deepEqual(health.readiness(), {
+    ok: false,
+    checks: [
+      { name: "initial-walk", ok: false, detail: "not done" },
+      { name: "api-serving", ok: false, detail: "not done" },
+    ],
+  });
+  health.markDone("initial-walk");
+  assert.equal(health.readiness().ok, false);
+  health.markDone("api-serving");
+  assert.equal(health.readiness().ok, true);
+  health.addGate("checkpoint-restored");
+  assert.equal(health.readiness().ok, false);
+  health.markDone("checkpoint-restored");
+  health.addGate("checkpoint-restored");
+  assert.equal(health.readiness().ok, true, "re-adding a done gate keeps it done");
+});

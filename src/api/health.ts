@@ -1,0 +1,140 @@
+/**
+ * Liveness and readiness for `/healthz` and `/readyz` (SPEC.md section 4).
+ *
+ * Liveness: each long-running loop (the reconciler, the watcher) calls
+ * `heartbeat(source)` on every pass; the agent is unhealthy when a source has
+ * not beaten for `stalePeriods` resync periods, which only happens when the
+ * loop is stuck, since a resync pass runs at least once per period.
+ * Readiness: named gates ("initial-walk", "api-serving", later
+ * "checkpoint-restored") are marked done once; the agent is ready when all are.
+ *
+ * @example
+ * ```ts
+ * const health = createHealth({ resyncMs: 10_000, heartbeats: ["reconciler"], gates: ["initial-walk", "api-serving"] });
+ * health.heartbeat("reconciler"); // every reconcile or resync pass
+ * health.markDone("initial-walk");
+ * ```
+ */
+import type * as http from "node:http";
+import { formatDuration } from "../policy/duration.ts";
+
+export interface HealthOptions {
+  /** The reconciler's resync period (reconcile.resync). */
+  resyncMs: number;
+  /** Missed periods before a source counts as stalled (default 3). */
+  stalePeriods?: number;
+  /** Sources expected to beat; their clock starts now, so one that never beats goes stale too. */
+  heartbeats?: readonly string[];
+  /** Readiness gates, not done until markDone(). */
+  gates?: readonly string[];
+  /** Milliseconds clock (default Date.now). */
+  now?: () => number;
+  /**
+   * Test hook: while it returns true for a source, that source's heartbeats
+   * are dropped, exactly as if its loop had stopped.
+   */
+  isStalled?: (source: string) => boolean;
+}
+
+export interface Check {
+  name: string;
+  ok: boolean;
+  /** Why it failed, or "ok". */
+  detail: string;
+}
+
+export interface Verdict {
+  ok: boolean;
+  checks: Check[];
+}
+
+export interface Health {
+  /** Records a pass of `source`'s loop; an undeclared source is tracked from its first beat. */
+  heartbeat(source: string): void;
+  /** Marks a readiness gate done; an undeclared gate is added as done. */
+  markDone(gate: string): void;
+  /** Adds a gate that must be done before the agent is ready again (no-op if known). */
+  addGate(gate: string): void;
+  /** A new resync period (after a policy reload); staleness is judged against it from now on. */
+  setResyncPeriod(ms: number): void;
+  /** ok when every heartbeat source beat within the bound. */
+  liveness(): Verdict;
+  /** ok when every gate is done. */
+  readiness(): Verdict;
+}
+
+/** Creates the agent's health state. */
+export function createHealth(options: HealthOptions): Health {
+  const now = options.now ?? Date.now;
+  const stalePeriods = options.stalePeriods ?? 3;
+  let resyncMs = validPeriod(options.resyncMs);
+  const lastBeat = new Map<string, number>();
+  for (const source of options.heartbeats ?? []) lastBeat.set(source, now());
+  const gates = new Map<string, boolean>();
+  for (const gate of options.gates ?? []) gates.set(gate, false);
+
+  return {
+    heartbeat(source) {
+      if (options.isStalled?.(source)) return;
+      lastBeat.set(source, now());
+    },
+    markDone(gate) {
+      gates.set(gate, true);
+    },
+    addGate(gate) {
+      if (!gates.has(gate)) gates.set(gate, false);
+    },
+    setResyncPeriod(ms) {
+      resyncMs = validPeriod(ms);
+    },
+    liveness() {
+      const boundMs = resyncMs * stalePeriods;
+      const at = now();
+      const checks = [...lastBeat].map(([name, beat]): Check => {
+        const silentMs = Math.round(at - beat);
+        return silentMs <= boundMs
+          ? { name, ok: true, detail: "ok" }
+          : {
+              name,
+              ok: false,
+              detail: `no heartbeat for ${formatDuration(silentMs)} (bound ${formatDuration(boundMs)}: ${stalePeriods} resync periods of ${formatDuration(resyncMs)})`,
+            };
+      });
+      return { ok: checks.every((check) => check.ok), checks };
+    },
+    readiness() {
+      const checks = [...gates].map(([name, done]): Check => ({ name, ok: done, detail: done ? "ok" : "not done" }));
+      return { ok: checks.every((check) => check.ok), checks };
+    },
+  };
+}
+
+/**
+ * Answers `/healthz` and `/readyz` (GET or HEAD) from `health`; returns false
+ * for any other path so the caller can serve it. 200 or 503, text/plain:
+ * healthz says "ok" when healthy; otherwise, and always for readyz, one
+ * `[+]name ok` / `[-]name reason` line per check and a verdict line.
+ */
+export function serveHealthRequest(health: Health, request: http.IncomingMessage, response: http.ServerResponse): boolean {
+  const pathname = new URL(request.url ?? "/", "http://localhost").pathname;
+  if (pathname !== "/healthz" && pathname !== "/readyz") return false;
+  const endpoint = pathname.slice(1);
+  const { ok, checks } = endpoint === "healthz" ? health.liveness() : health.readiness();
+  const body =
+    endpoint === "healthz" && ok
+      ? "ok"
+      : checks.map((check) => `[${check.ok ? "+" : "-"}]${check.name} ${check.detail}\n`).join("") +
+        `${endpoint} check ${ok ? "passed" : "failed"}\n`;
+  response.writeHead(ok ? 200 : 503, {
+    "content-type": "text/plain; charset=utf-8",
+    "cache-control": "no-store",
+    "content-length": Buffer.byteLength(body),
+  });
+  response.end(request.method === "HEAD" ? undefined : body);
+  return true;
+}
+
+function validPeriod(ms: number): number {
+  if (!Number.isFinite(ms) || ms <= 0) throw new RangeError(`health: resync period must be a positive duration, got ${ms} ms`);
+  return ms;
+}

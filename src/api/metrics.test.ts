@@ -1,0 +1,98 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createMetrics, parseListenAddress, type PluginSample, type ResourceSample } from "./metrics.ts";
+
+/** The value of one series in Prometheus text, or undefined when absent. */
+function sample(text: string, series: string): number | undefined {
+  const line = text.split("\n").find((entry) => entry.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+test("plugin_manager_total_plugins follows the provider at every scrape, as the kubelet's does", async () => {
+  let plugins: PluginSample[] = [
+    { socket: "/r/a.sock", state: "registered" },
+    { socket: "/r/b.sock", state: "failed" },
+  ];
+  const metrics = createMetrics({ plugins: () => plugins, processMetrics: false });
+  const first = await metrics.registry.metrics();
+  assert.match(first, /# TYPE plugin_manager_total_plugins gauge/);
+  assert.equal(sample(first, 'plugin_manager_total_plugins{socket_path="/r/a.sock",state="desired_state_of_world"}'), 1);
+  assert.equal(sample(first, 'plugin_manager_total_plugins{socket_path="/r/a.sock",state="actual_state_of_world"}'), 1);
+  assert.equal(sample(first, 'plugin_manager_total_plugins{socket_path="/r/b.sock",state="desired_state_of_world"}'), 1);
+  assert.equal(sample(first, 'plugin_manager_total_plugins{socket_path="/r/b.sock",state="actual_state_of_world"}'), undefined);
+  assert.equal(sample(first, 'edgeplug_plugins{state="failed"}'), 1);
+  assert.equal(sample(first, 'edgeplug_plugins{state="stale"}'), 0);
+
+  plugins = [{ socket: "/r/b.sock", state: "registered" }];
+  const second = await metrics.registry.metrics();
+  assert.equal(sample(second, 'plugin_manager_total_plugins{socket_path="/r/a.sock",state="desired_state_of_world"}'), undefined, "a deleted socket leaves the metric");
+  assert.equal(sample(second, 'plugin_manager_total_plugins{socket_path="/r/b.sock",state="actual_state_of_world"}'), 1);
+  metrics.close();
+});
+
+test("registrations, failures by reason and the latency histogram count what they are told", async () => {
+  const metrics = createMetrics({ plugins: () => [], processMetrics: false });
+  metrics.observeRegistration("DevicePlugin", "success", 0.003);
+  metrics.observeRegistration("DevicePlugin", "success", 0.02);
+  metrics.observeRegistration("CSIPlugin", "failure", 1, "getinfo");
+  metrics.observeRegistration(null, "failure", 0.0001, "stale");
+  metrics.observeRegistration("CSIPlugin", "failure", 0.5, "dial /x.sock: connection refused");
+  const text = await metrics.registry.metrics();
+  assert.equal(sample(text, 'edgeplug_registrations_total{type="DevicePlugin",result="success"}'), 2);
+  assert.equal(sample(text, 'edgeplug_registrations_total{type="CSIPlugin",result="failure"}'), 2);
+  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="CSIPlugin",reason="getinfo"}'), 1);
+  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="unknown",reason="stale"}'), 1);
+  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="CSIPlugin",reason="other"}'), 1, "a free-text reason is not a label value");
+  assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="0.001",type="DevicePlugin"}'), 0);
+  assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="0.005",type="DevicePlugin"}'), 1);
+  assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="10",type="DevicePlugin"}'), 2);
+  assert.equal(sample(text, 'edgeplug_registration_duration_seconds_count{type="DevicePlugin"}'), 2);
+  assert.equal(sample(text, 'edgeplug_registration_duration_seconds_count{type="CSIPlugin"}'), undefined, "failures are not latencies");
+  metrics.close();
+});
+
+test("plugin types past 64 distinct values are counted as 'other'", async () => {
+  const metrics = createMetrics({ plugins: () => [], processMetrics: false });
+  for (let i = 0; i < 70; i++) metrics.observeRegistration(`acme.io/t${i}`, "failure", 0, "refused");
+  const text = await metrics.registry.metrics();
+  assert.equal(sample(text, 'edgeplug_registrations_total{type="acme.io/t63",result="failure"}'), 1);
+  assert.equal(sample(text, 'edgeplug_registrations_total{type="acme.io/t64",result="failure"}'), undefined);
+  assert.equal(sample(text, 'edgeplug_registrations_total{type="other",result="failure"}'), 6);
+  metrics.close();
+});
+
+test("device gauges come from the resources provider; allocations are counted per resource", async () => {
+  const resources: ResourceSample[] = [{ name: "acme.io/gpu", healthy: ["gpu0", "gpu1", "gpu2"], unhealthy: ["gpu3"] }];
+  const metrics = createMetrics({ plugins: () => [], resources: () => resources, processMetrics: false });
+  metrics.observeAllocation("acme.io/gpu");
+  const text = await metrics.registry.metrics();
+  assert.equal(sample(text, 'edgeplug_devices{resource="acme.io/gpu",health="healthy"}'), 3);
+  assert.equal(sample(text, 'edgeplug_devices{resource="acme.io/gpu",health="unhealthy"}'), 1);
+  assert.equal(sample(text, 'edgeplug_allocations_total{resource="acme.io/gpu"}'), 1);
+  metrics.close();
+});
+
+test("process metrics are in the agent's registry, not prom-client's global one", async () => {
+  const { register } = await import("prom-client");
+  const first = createMetrics({ plugins: () => [] });
+  const second = createMetrics({ plugins: () => [] });
+  for (const metrics of [first, second]) {
+    const text = await metrics.registry.metrics();
+    assert.match(text, /^process_cpu_user_seconds_total \d/m);
+    assert.match(text, /^process_start_time_seconds \d/m);
+  }
+  assert.equal((await register.metrics()).trim(), "");
+  first.close();
+  assert.match(await second.registry.metrics(), /^process_cpu_user_seconds_total \d/m, "closing one agent's metrics leaves the other's");
+  second.close();
+});
+
+test("api.metrics addresses: host:port, [v6]:port, :port; anything else names the setting", () => {
+  assert.deepEqual(parseListenAddress("127.0.0.1:9478"), { host: "127.0.0.1", port: 9478 });
+  assert.deepEqual(parseListenAddress("[::1]:9478"), { host: "::1", port: 9478 });
+  assert.deepEqual(parseListenAddress(":9478"), { host: undefined, port: 9478 });
+  assert.deepEqual(parseListenAddress("localhost:0"), { host: "localhost", port: 0 });
+  for (const bad of ["9478", "127.0.0.1", "127.0.0.1:70000", "::1:9478", "host:port"]) {
+    assert.throws(() => parseListenAddress(bad), new RegExp(`api\\.metrics: expected host:port like "127\\.0\\.0\\.1:9478", got "${bad.replace(/[.]/g, "\\.")}"`));
+  }
+});
