@@ -13,6 +13,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { claimSocketPath, SocketInUseError } from "../src/api/socket-guard.ts";
+import { serveApiSocket } from "../src/api/agent-socket.ts";
+import { createLogger } from "../src/log/logger.ts";
 import { devicePluginV1beta1, edgeplugV1, pluginRegistration, podResourcesV1 } from "./support/kubelet-protos.ts";
 
 function socketDir(t: TestContext): string {
@@ -84,6 +86,23 @@ test("a stale socket left by a killed process is removed, and the path is free t
   const server = net.createServer();
   await new Promise<void>((resolve) => server.listen(socketPath, resolve));
   await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+test("the API socket is served in place of a stale one, and the replacement is logged", async (t) => {
+  const socketPath = path.join(socketDir(t), "api.sock");
+  await leaveStaleSocket(socketPath);
+  const staleInode = fs.lstatSync(socketPath).ino;
+  const lines: string[] = [];
+  const log = createLogger({ format: "json", write: (line) => lines.push(line) });
+  const server = await serveApiSocket({ socketPath, routes: () => {}, log });
+  t.after(() => server.close());
+  assert.notEqual(fs.lstatSync(socketPath).ino, staleInode);
+  await new Promise<void>((resolve, reject) => net.connect(socketPath).on("connect", function (this: net.Socket) {
+    this.destroy();
+    resolve();
+  }).on("error", reject));
+  const removed = lines.map((line) => JSON.parse(line)).find((record) => record.msg === "removed stale socket");
+  assert.equal(removed?.socket, socketPath);
 });
 
 test("a missing parent directory is created and a free path is accepted", async (t) => {

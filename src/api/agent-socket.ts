@@ -73,7 +73,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     options.group === undefined || options.group === null
       ? null
       : resolveGroupId(options.group, options.groupFile);
-  await claimSocketPath(socketPath, { expect: "edgeplug-api" });
+  await claimSocketPath(socketPath, { expect: "edgeplug-api", log });
 
   const shutdown = new AbortController();
   const handler = connectNodeAdapter({

@@ -20,6 +20,7 @@ import { Registration } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import { PodResourcesLister } from "../gen/podresources/v1/api_pb.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
+import type { Logger } from "../log/logger.ts";
 
 /** Which of edgeplug's sockets is being claimed; it decides the hint in the error. */
 export type SocketRole = "edgeplug-api" | "kubelet-registration";
@@ -30,6 +31,8 @@ export interface ClaimOptions {
   probeTimeoutMs?: number;
   /** Mode of parent directories that have to be created (default 0o755). */
   directoryMode?: number;
+  /** Told when a stale socket is removed. */
+  log?: Logger;
 }
 
 /** A live process serves the socket path; edgeplug must not start on it. */
@@ -79,7 +82,7 @@ export async function claimSocketPath(socketPath: string, options: ClaimOptions)
   const reachability = await tryConnect(socketPath);
   if (reachability === "gone") return;
   if (reachability === "refused") {
-    removeStale(socketPath, stat);
+    if (removeStale(socketPath, stat)) options.log?.info("removed stale socket", { socket: socketPath });
     return;
   }
   const holder = await identifyHolder(socketPath, options.probeTimeoutMs ?? 1000);
@@ -105,14 +108,15 @@ function tryConnect(socketPath: string): Promise<Reachability> {
   });
 }
 
-/** Removes the stale socket, unless another process replaced it since we looked. */
-function removeStale(socketPath: string, seen: fs.Stats): void {
+/** Removes the stale socket, unless another process replaced it since we looked; true when removed. */
+function removeStale(socketPath: string, seen: fs.Stats): boolean {
   try {
     const now = fs.lstatSync(socketPath);
-    if (now.ino !== seen.ino || now.dev !== seen.dev) return;
+    if (now.ino !== seen.ino || now.dev !== seen.dev) return false;
     fs.unlinkSync(socketPath);
+    return true;
   } catch (error) {
-    if (nodeCode(error) === "ENOENT") return;
+    if (nodeCode(error) === "ENOENT") return false;
     throw new Error(`cannot remove stale socket ${socketPath}: ${describe(error)}`);
   }
 }
