@@ -105,6 +105,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       if (protocol === "http2") {
         http2Server.emit("connection", replayingDuplex(socket, head));
       } else {
+        // node:http parses what the JS stream yields, so bytes put back are read again (measured on Node 24 and Deno 2.9).
         socket.unshift(head);
         http1Server.emit("connection", socket);
         socket.resume();
