@@ -11,44 +11,58 @@ export const RPC_FAILURES = [
   "stale",
   /** The call's deadline (or the connect timeout) elapsed. */
   "deadline",
-  /** The caller aborted. */
+  /** The caller aborted, or closed the channel under the call. */
   "canceled",
   /** The peer accepted the connection but did not speak gRPC over HTTP/2. */
   "not-grpc",
-  /** The peer answered with a gRPC error status. */
+  /** The connection broke after the HTTP/2 handshake, before the call finished: the peer went away. */
+  "disconnected",
+  /** Anything else; usually the peer answered with a gRPC error status. */
   "status",
 ] as const;
 export type RpcFailure = (typeof RPC_FAILURES)[number];
 
+/** Where the transport records what it already knows about a failure it raised itself. */
+const FAILURE_KIND = Symbol.for("edgeplug.rpcFailure");
+
+/**
+ * A ConnectError raised by edgeplug's own transport (src/rpc) whose kind is
+ * known at the point of failure; {@link classifyRpcError} returns that kind.
+ */
+export function transportError(kind: RpcFailure, message: string, code: Code, cause?: unknown): ConnectError {
+  const error = new ConnectError(message, code, undefined, undefined, cause);
+  Object.defineProperty(error, FAILURE_KIND, { value: kind, enumerable: false });
+  return error;
+}
+
 /** Classifies any error thrown by a Connect call over a unix socket. */
 export function classifyRpcError(reason: unknown): RpcFailure {
+  const chain = errorChain(reason);
+  for (const link of chain) {
+    const known = (link as { [FAILURE_KIND]?: RpcFailure })[FAILURE_KIND];
+    if (known !== undefined) return known;
+  }
+  const nodeCodes = chain.map((link) => (link as { code?: unknown }).code).filter((c) => typeof c === "string");
+  if (nodeCodes.includes("ENOENT")) return "missing";
+  if (nodeCodes.includes("ECONNREFUSED")) return "stale";
   const error = ConnectError.from(reason);
-  const nodeCode = findNodeErrorCode(reason);
-  if (nodeCode === "ENOENT") return "missing";
-  if (nodeCode === "ECONNREFUSED") return "stale";
   if (error.code === Code.DeadlineExceeded) return "deadline";
-  if (error.code === Code.Unavailable && /timed out/i.test(error.rawMessage)) return "deadline";
   if (error.code === Code.Canceled) return "canceled";
-  if (looksLikeProtocolFailure(error, nodeCode)) return "not-grpc";
+  if (error.metadata.has("grpc-status")) return "status";
+  // An HTTP/2 answer that is not gRPC: an HTTP error status or another content type.
+  if (/^(HTTP \d{3}$|unsupported content type)/.test(error.rawMessage)) return "not-grpc";
+  // A gRPC response cut off before its status: the peer closed the connection mid-call.
+  if (error.rawMessage.startsWith("protocol error: missing status")) return "disconnected";
+  if (nodeCodes.some((c) => /^(ECONNRESET|EPIPE|ERR_HTTP2_)/.test(c))) return "disconnected";
   return "status";
 }
 
-function looksLikeProtocolFailure(error: ConnectError, nodeCode: string | undefined): boolean {
-  if (nodeCode !== undefined && /^(ERR_HTTP2_|ECONNRESET|EPIPE|HPE_)/.test(nodeCode)) return true;
-  // Connect reports a response without a gRPC content type or trailers this way.
-  return /unexpected (content type|http status)|missing trailer|protocol error|invalid grpc/i.test(
-    error.rawMessage,
-  );
-}
-
-function findNodeErrorCode(reason: unknown): string | undefined {
-  const seen = new Set<unknown>();
+function errorChain(reason: unknown): object[] {
+  const chain: object[] = [];
   let current: unknown = reason;
-  while (current instanceof Error && !seen.has(current)) {
-    seen.add(current);
-    const code = (current as { code?: unknown }).code;
-    if (typeof code === "string") return code;
-    current = current.cause;
+  while (typeof current === "object" && current !== null && !chain.includes(current)) {
+    chain.push(current);
+    current = (current as { cause?: unknown }).cause;
   }
-  return undefined;
+  return chain;
 }
