@@ -108,6 +108,41 @@ test("every top-level message of the kubelet protocols has a wire vector", () =>
   assert.deepEqual(missing, [], `messages without a wire vector: ${missing.join(", ")}`);
 });
 
+/**
+ * The gRPC paths and streaming kinds of the kubelet protocols (proto-facts.md,
+ * kubelet-facts.md): a renamed package, service or method changes the path on
+ * the wire even when every message still decodes.
+ */
+const KUBELET_METHODS: Record<string, "unary" | "server_streaming"> = {
+  "/pluginregistration.Registration/GetInfo": "unary",
+  "/pluginregistration.Registration/NotifyRegistrationStatus": "unary",
+  "/v1beta1.Registration/Register": "unary",
+  "/v1beta1.DevicePlugin/GetDevicePluginOptions": "unary",
+  "/v1beta1.DevicePlugin/ListAndWatch": "server_streaming",
+  "/v1beta1.DevicePlugin/GetPreferredAllocation": "unary",
+  "/v1beta1.DevicePlugin/Allocate": "unary",
+  "/v1beta1.DevicePlugin/PreStartContainer": "unary",
+  "/v1.PodResourcesLister/List": "unary",
+  "/v1.PodResourcesLister/GetAllocatableResources": "unary",
+  "/v1.PodResourcesLister/Get": "unary",
+  "/csi.v1.Identity/GetPluginInfo": "unary",
+  "/csi.v1.Identity/GetPluginCapabilities": "unary",
+  "/csi.v1.Identity/Probe": "unary",
+  "/csi.v1.Node/NodeGetCapabilities": "unary",
+  "/csi.v1.Node/NodeGetInfo": "unary",
+};
+
+test("the kubelet protocols' services have exactly the kubelet's gRPC paths and streaming kinds", () => {
+  const generated: Record<string, string> = {};
+  for (const file of files) {
+    if (!KUBELET_PACKAGES.includes(file.proto.package ?? "")) continue;
+    for (const service of file.services) {
+      for (const method of service.methods) generated[`/${service.typeName}/${method.name}`] = method.methodKind;
+    }
+  }
+  assert.deepEqual(generated, KUBELET_METHODS);
+});
+
 for (const vector of vectors) {
   test(`${vector.message}: binary from an independent encoder decodes to the JSON's message and round-trips`, () => {
     const schema = schemaOf(vector.message);
