@@ -1,0 +1,214 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { Clock } from "./operations.ts";
+import { OperationExecutor } from "./operations.ts";
+
+/** A clock that moves only when told; timers fire in `advance`. */
+function manualClock() {
+  let now = 0;
+  const timers = new Set<{ at: number; callback: () => void }>();
+  const clock: Clock & { advance(ms: number): void; pendingTimers(): number } = {
+    now: () => now,
+    setTimer(callback, ms) {
+      const timer = { at: now + ms, callback };
+      timers.add(timer);
+      return () => timers.delete(timer);
+    },
+    advance(ms) {
+      now += ms;
+      for (const timer of [...timers].sort((a, b) => a.at - b.at)) {
+        if (timer.at > now) continue;
+        timers.delete(timer);
+        timer.callback();
+      }
+    },
+    pendingTimers: () => timers.size,
+  };
+  return clock;
+}
+
+/** A promise the test settles by hand. */
+function gate() {
+  let open!: () => void;
+  let fail!: (error: Error) => void;
+  const promise = new Promise<void>((resolve, reject) => ((open = resolve), (fail = reject)));
+  return { promise, open, fail };
+}
+
+/** Resolves after `executor`'s onReady fired for `key`. */
+function readySignals() {
+  const waiters: { key: string; resolve: () => void }[] = [];
+  return {
+    onReady(key: string) {
+      for (const waiter of waiters.filter((w) => w.key === key)) {
+        waiters.splice(waiters.indexOf(waiter), 1);
+        waiter.resolve();
+      }
+    },
+    next: (key: string) => new Promise<void>((resolve) => waiters.push({ key, resolve })),
+  };
+}
+
+const backoff = { initialMs: 500, maxMs: 122_000 };
+
+test("operations on two different sockets run at the same time (A.5)", async () => {
+  const executor = new OperationExecutor({ backoff });
+  const started: string[] = [];
+  const release = gate();
+  for (const key of ["/r/a.sock", "/r/b.sock"]) {
+    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; }), "started");
+  }
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.deepEqual(started.sort(), ["/r/a.sock", "/r/b.sock"], "both started while neither finished");
+  release.open();
+  await executor.stop();
+});
+
+test("a second operation on the same socket is refused while the first runs, and may start once it ended (A.5)", async () => {
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
+  const release = gate();
+  let runs = 0;
+  const operation = async () => { runs++; await release.promise; };
+  assert.equal(executor.run("/r/a.sock", operation), "started");
+  assert.equal(executor.run("/r/a.sock", operation), "already-running");
+  assert.equal(executor.isRunning("/r/a.sock"), true);
+  const ended = ready.next("/r/a.sock");
+  release.open();
+  await ended;
+  assert.equal(runs, 1);
+  assert.equal(executor.isRunning("/r/a.sock"), false);
+  assert.equal(executor.run("/r/a.sock", async () => { runs++; }), "started");
+  await executor.stop();
+  assert.equal(runs, 2);
+});
+
+test("failures back off per socket: 500 ms, doubling, capped at the maximum; success resets (A.9)", async () => {
+  const clock = manualClock();
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
+  const key = "/r/a.sock";
+  /** Runs `operation` as soon as the executor accepts it; returns how long the clock had to move first. */
+  const runWhenAllowed = async (operation: () => Promise<void>) => {
+    let waited = 0;
+    while (executor.run(key, operation) === "backoff") {
+      clock.advance(100);
+      waited += 100;
+    }
+    await ready.next(key);
+    return waited;
+  };
+  const failing = async () => {
+    throw new Error("GetInfo failed");
+  };
+  const windows: number[] = [];
+  for (let attempt = 0; attempt < 11; attempt++) windows.push(await runWhenAllowed(failing));
+  assert.deepEqual(windows, [0, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 122000, 122000]);
+
+  assert.equal(await runWhenAllowed(async () => {}), 122000);
+  assert.equal(executor.inBackoff(key), false, "success clears the window");
+  assert.equal(await runWhenAllowed(failing), 0);
+  assert.equal(await runWhenAllowed(failing), 500, "after a success the window starts again at 500 ms");
+  await executor.stop();
+});
+
+test("a closing backoff window wakes the owner through one timer, without polling", async () => {
+  const clock = manualClock();
+  const woken: string[] = [];
+  const executor = new OperationExecutor({ backoff, clock, onReady: (key) => woken.push(key) });
+  executor.run("/r/a.sock", async () => { throw new Error("refused"); });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(woken, ["/r/a.sock"], "woken once when the operation ended");
+  assert.equal(clock.pendingTimers(), 1);
+  clock.advance(499);
+  assert.deepEqual(woken, ["/r/a.sock"]);
+  clock.advance(1);
+  assert.deepEqual(woken, ["/r/a.sock", "/r/a.sock"], "woken again when the window closed");
+  assert.equal(clock.pendingTimers(), 0);
+  await executor.stop();
+});
+
+test("resetBackoff (a new socket at the path) lets the next operation start at once", async () => {
+  const clock = manualClock();
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
+  const ended = ready.next("/r/a.sock");
+  executor.run("/r/a.sock", async () => { throw new Error("stale"); });
+  await ended;
+  assert.equal(executor.inBackoff("/r/a.sock"), true);
+  executor.resetBackoff("/r/a.sock");
+  assert.equal(clock.pendingTimers(), 0, "the retry timer is cleared");
+  assert.equal(executor.run("/r/a.sock", async () => {}), "started");
+  await executor.stop();
+});
+
+test("a failing or hanging socket never delays another one", async () => {
+  const clock = manualClock();
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
+  const failed = ready.next("/r/bad.sock");
+  executor.run("/r/bad.sock", async () => { throw new Error("bad"); });
+  executor.run("/r/hang.sock", (signal) => new Promise((_, reject) => signal.addEventListener("abort", () => reject(signal.reason))));
+  await failed;
+  const good = ready.next("/r/good.sock");
+  assert.equal(executor.run("/r/good.sock", async () => {}), "started");
+  await good;
+  assert.equal(executor.inBackoff("/r/good.sock"), false);
+  assert.equal(executor.isRunning("/r/hang.sock"), true);
+  await executor.stop();
+});
+
+test("abort fires the operation's signal and an aborted operation opens no backoff window", async () => {
+  const clock = manualClock();
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
+  let reason: unknown;
+  const ended = ready.next("/r/a.sock");
+  executor.run("/r/a.sock", (signal) =>
+    new Promise((_, reject) => signal.addEventListener("abort", () => reject((reason = signal.reason)))),
+  );
+  executor.abort("/r/a.sock");
+  await ended;
+  assert.match(String(reason), /socket removed/);
+  assert.equal(executor.inBackoff("/r/a.sock"), false);
+  assert.equal(clock.pendingTimers(), 0);
+  await executor.stop();
+});
+
+test("an operation that throws synchronously is a failure, not a crash", async () => {
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
+  const ended = ready.next("/r/a.sock");
+  executor.run("/r/a.sock", () => { throw new Error("boom"); });
+  await ended;
+  assert.equal(executor.inBackoff("/r/a.sock"), true);
+  await executor.stop();
+});
+
+test("stop aborts running operations, clears retry timers, refuses new ones and is idempotent", async () => {
+  const clock = manualClock();
+  const executor = new OperationExecutor({ backoff, clock });
+  executor.run("/r/fail.sock", async () => { throw new Error("x"); });
+  await new Promise((resolve) => setImmediate(resolve));
+  let aborted = false;
+  executor.run("/r/hang.sock", (signal) =>
+    new Promise((_, reject) => signal.addEventListener("abort", () => { aborted = true; reject(signal.reason); })),
+  );
+  assert.equal(clock.pendingTimers(), 1);
+  await executor.stop();
+  assert.equal(aborted, true);
+  assert.equal(clock.pendingTimers(), 0);
+  assert.equal(executor.run("/r/new.sock", async () => {}), "stopped");
+  await executor.stop();
+});
+
+test("stop gives an operation that ignores its signal a bounded time", async () => {
+  const executor = new OperationExecutor({ backoff });
+  const never = gate();
+  executor.run("/r/stubborn.sock", () => never.promise);
+  const started = performance.now();
+  await executor.stop(50);
+  assert.ok(performance.now() - started < 1000);
+  never.open();
+});

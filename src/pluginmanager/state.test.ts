@@ -1,0 +1,108 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
+import type { DesiredChange, RegisteredPlugin } from "./state.ts";
+import type { PluginHandler } from "./types.ts";
+
+const noopHandler: PluginHandler = {
+  async validatePlugin() {},
+  async registerPlugin() {},
+  deregisterPlugin() {},
+};
+
+function registered(socket: string, inode: string): RegisteredPlugin {
+  return {
+    socket,
+    inode,
+    handler: noopHandler,
+    registration: { socket, type: "acme.io/Sensor", name: "acme.io/s", endpoint: socket, versions: ["v1"] },
+  };
+}
+
+test("desired state: a new socket is added once and reported", () => {
+  const dsw = new DesiredStateOfWorld();
+  const changes: DesiredChange[] = [];
+  dsw.subscribe((change) => changes.push(change));
+  const at = new Date("2026-11-30T12:00:00Z");
+  assert.equal(dsw.addOrUpdate("/r/a.sock", "1:10:5", at), "added");
+  assert.deepEqual(dsw.sockets(), [{ socket: "/r/a.sock", inode: "1:10:5", discoveredAt: at }]);
+  assert.equal(dsw.has("/r/a.sock"), true);
+  assert.deepEqual(changes.map((change) => change.kind), ["added"]);
+});
+
+test("desired state: the same inode again changes nothing, a new inode replaces the entry (A.3, SPEC)", () => {
+  const dsw = new DesiredStateOfWorld();
+  const changes: DesiredChange[] = [];
+  dsw.subscribe((change) => changes.push(change));
+  dsw.addOrUpdate("/r/a.sock", "1:10:5");
+  assert.equal(dsw.addOrUpdate("/r/a.sock", "1:10:5"), "unchanged");
+  assert.equal(dsw.addOrUpdate("/r/a.sock", "1:10:6"), "replaced");
+  assert.equal(dsw.sockets().length, 1);
+  assert.equal(dsw.get("/r/a.sock")?.inode, "1:10:6");
+  assert.deepEqual(changes.map((change) => [change.kind, change.previous?.inode, change.current?.inode]), [
+    ["added", undefined, "1:10:5"],
+    ["replaced", "1:10:5", "1:10:6"],
+  ]);
+});
+
+test("desired state: an empty socket path is refused and nothing is stored", () => {
+  const dsw = new DesiredStateOfWorld();
+  assert.throws(() => dsw.addOrUpdate("", "1:1:1"), { message: "socket path is empty" });
+  assert.deepEqual(dsw.sockets(), []);
+  assert.equal(dsw.has(""), false);
+});
+
+test("desired state: remove forgets the socket; removing an unknown one is a no-op", () => {
+  const dsw = new DesiredStateOfWorld();
+  const changes: DesiredChange[] = [];
+  dsw.addOrUpdate("/r/a.sock", "1:10:5");
+  dsw.subscribe((change) => changes.push(change));
+  assert.equal(dsw.remove("/r/a.sock"), true);
+  assert.equal(dsw.remove("/r/a.sock"), false);
+  assert.equal(dsw.has("/r/a.sock"), false);
+  assert.deepEqual(changes.map((change) => [change.kind, change.previous?.socket]), [["removed", "/r/a.sock"]]);
+});
+
+test("desired state: sockets are listed sorted by path", () => {
+  const dsw = new DesiredStateOfWorld();
+  for (const name of ["c", "a", "b"]) dsw.addOrUpdate(`/r/${name}.sock`, name);
+  assert.deepEqual(dsw.sockets().map((entry) => entry.socket), ["/r/a.sock", "/r/b.sock", "/r/c.sock"]);
+});
+
+test("actual state: an added plugin is returned as added and matches its path and inode only (A.4)", () => {
+  const asw = new ActualStateOfWorld();
+  const plugin = registered("/r/a.sock", "1:10:5");
+  asw.add(plugin);
+  assert.deepEqual(asw.plugins(), [plugin]);
+  assert.equal(asw.has("/r/a.sock", "1:10:5"), true);
+  assert.equal(asw.has("/r/a.sock", "1:10:6"), false, "same path, other inode: a re-created socket");
+});
+
+test("actual state: an empty socket path is refused and nothing is stored", () => {
+  const asw = new ActualStateOfWorld();
+  assert.throws(() => asw.add(registered("", "1:1:1")), { message: "socket path is empty" });
+  assert.deepEqual(asw.plugins(), []);
+  assert.equal(asw.has("", "1:1:1"), false);
+});
+
+test("actual state: remove forgets the plugin", () => {
+  const asw = new ActualStateOfWorld();
+  const plugin = registered("/r/a.sock", "1:10:5");
+  asw.add(plugin);
+  assert.equal(asw.remove("/r/a.sock"), plugin);
+  assert.deepEqual(asw.plugins(), []);
+  assert.equal(asw.has("/r/a.sock", "1:10:5"), false);
+});
+
+test("actual state: slots count registered plugins and reservations, and a release frees one once", () => {
+  const asw = new ActualStateOfWorld();
+  asw.add(registered("/r/a.sock", "1"));
+  const release = asw.reserveSlot(2);
+  assert.ok(release);
+  assert.equal(asw.reserveSlot(2), null, "one registered + one reserved fill a limit of 2");
+  release();
+  release();
+  const again = asw.reserveSlot(2);
+  assert.ok(again, "the released slot is free again");
+  assert.equal(asw.reserveSlot(2), null, "a double release freed only one slot");
+});
