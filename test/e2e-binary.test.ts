@@ -6,8 +6,9 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import fs from "node:fs";
+import { once } from "node:events";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -123,4 +124,46 @@ test("the executable runs one reconcile pass over an empty registration director
   assert.equal(report.ok, true);
   assert.deepEqual(report.plugins, []);
   assert.ok(fs.statSync(path.join(dir, "registry")).isDirectory(), "the watched directory was created");
+});
+
+/** Resolves once `check()` is true; fails after `timeoutMs`. For filesystem-visible state only. */
+async function waitFor(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes its API socket", async (t) => {
+  const dir = emptyDir(t);
+  const apiSocket = path.join(dir, "api.sock");
+  const policy = path.join(dir, "policy.yaml");
+  fs.writeFileSync(
+    policy,
+    [
+      "version: 1",
+      "watch:",
+      `  - path: ${dir}/registry`,
+      "devicePlugins: { registrationSocket: null }",
+      `checkpoint: { path: ${dir}/state/checkpoint }`,
+      `api: { socket: ${apiSocket}, metrics: null }`,
+      "",
+    ].join("\n"),
+  );
+  const agent = spawn(binary, ["run", "--config", policy], { cwd: dir, env: {}, stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  agent.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const exited = once(agent, "exit") as Promise<[number | null, NodeJS.Signals | null]>;
+  t.after(() => agent.kill("SIGKILL"));
+
+  await waitFor(() => fs.existsSync(apiSocket) || agent.exitCode !== null, 10_000, "the API socket");
+  assert.equal(agent.exitCode, null, `the agent exited early: ${stderr}`);
+  const stoppedAt = performance.now();
+  agent.kill("SIGTERM");
+  const [code, signal] = await exited;
+  assert.equal(signal, null, "it exits by itself, not killed by the signal");
+  assert.equal(code, 0, stderr);
+  assert.ok(performance.now() - stoppedAt < 2000, "exits within 2 s of SIGTERM");
+  assert.equal(fs.existsSync(apiSocket), false, "the API socket is removed");
 });
