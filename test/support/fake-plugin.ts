@@ -1,0 +1,173 @@
+/**
+ * Registration plugins for tests: real @grpc/grpc-js servers on real unix
+ * sockets, encoding with @grpc/proto-loader (independent of edgeplug's
+ * generated code), with hooks for the ways real plugins misbehave.
+ */
+import { spawn } from "node:child_process";
+import { EventEmitter, once } from "node:events";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as grpc from "@grpc/grpc-js";
+import { pluginRegistration } from "./kubelet-protos.ts";
+
+export interface FakePluginOptions {
+  socketPath: string;
+  info: { type: string; name: string; endpoint?: string; versions?: string[] };
+  /** Every GetInfo answers this much later. */
+  getInfoDelayMs?: number;
+  /** GetInfo never answers (until the plugin stops). */
+  hangGetInfo?: boolean;
+  /** The first N GetInfo calls fail with UNAVAILABLE. */
+  failGetInfoTimes?: number;
+}
+
+export interface Notification {
+  registered: boolean;
+  error: string;
+  /** performance.now() when it arrived. */
+  at: number;
+}
+
+export interface FakePlugin {
+  readonly socketPath: string;
+  /** GetInfo calls received so far. */
+  getInfoCalls(): number;
+  notifications(): Notification[];
+  /** Resolves with the first notification (already received or not) matching `predicate`. */
+  waitForNotify(predicate?: (notification: Notification) => boolean, timeoutMs?: number): Promise<Notification>;
+  /** Resolves once `count` GetInfo calls have arrived. */
+  waitForGetInfo(count?: number, timeoutMs?: number): Promise<void>;
+  /** Closes every open connection (the server keeps listening). */
+  dropConnections(): void;
+  /** Stops serving; the socket file is removed. */
+  stop(): Promise<void>;
+}
+
+const registrationService = pluginRegistration().service;
+
+/** Starts a registration plugin serving `info` on `socketPath`. */
+export async function startFakePlugin(options: FakePluginOptions): Promise<FakePlugin> {
+  const events = new EventEmitter();
+  const notifications: Notification[] = [];
+  let getInfoCalls = 0;
+  const server = new grpc.Server();
+  server.addService(registrationService, {
+    GetInfo(_call: unknown, callback: grpc.sendUnaryData<unknown>) {
+      getInfoCalls++;
+      events.emit("change");
+      if (options.hangGetInfo) return;
+      if (getInfoCalls <= (options.failGetInfoTimes ?? 0)) {
+        return callback({ code: grpc.status.UNAVAILABLE, details: "plugin not ready yet" });
+      }
+      const answer = () =>
+        callback(null, {
+          type: options.info.type,
+          name: options.info.name,
+          endpoint: options.info.endpoint ?? "",
+          supported_versions: options.info.versions ?? ["v1"],
+        });
+      if (options.getInfoDelayMs) setTimeout(answer, options.getInfoDelayMs);
+      else answer();
+    },
+    NotifyRegistrationStatus(call: grpc.ServerUnaryCall<{ plugin_registered?: boolean; error?: string }, unknown>, callback: grpc.sendUnaryData<unknown>) {
+      notifications.push({ registered: call.request.plugin_registered ?? false, error: call.request.error ?? "", at: performance.now() });
+      callback(null, {});
+      events.emit("change");
+    },
+  });
+  const address = `unix:${options.socketPath}`;
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
+  );
+  const waitFor = (what: string, check: () => boolean, timeoutMs = 5000) =>
+    waitForEvent(events, what, check, timeoutMs);
+  return {
+    socketPath: options.socketPath,
+    getInfoCalls: () => getInfoCalls,
+    notifications: () => [...notifications],
+    async waitForNotify(predicate = () => true, timeoutMs) {
+      await waitFor(`a notification at ${options.socketPath}`, () => notifications.some(predicate), timeoutMs);
+      return notifications.find(predicate)!;
+    },
+    waitForGetInfo: (count = 1, timeoutMs) =>
+      waitFor(`${count} GetInfo calls at ${options.socketPath}`, () => getInfoCalls >= count, timeoutMs),
+    dropConnections: () => server.drain(address, 0),
+    async stop() {
+      server.forceShutdown();
+      // grpc-js closes its listener asynchronously; the file goes with it.
+      await waitForEvent(events, `${options.socketPath} to be removed`, () => !fs.existsSync(options.socketPath), 5000, 5);
+    },
+  };
+}
+
+/** A listener that accepts connections and answers garbage, not gRPC. */
+export async function startGarbageListener(socketPath: string): Promise<{ close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    socket.end("HTTP/1.1 418 I'm a teapot\r\ncontent-length: 0\r\n\r\n");
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  return {
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/**
+ * Leaves a stale socket at `socketPath`, as a plugin killed with SIGKILL does:
+ * a child process listens on it and is killed; the file stays, nothing listens.
+ */
+export async function leaveStaleSocket(socketPath: string): Promise<void> {
+  const child = spawn(
+    process.execPath,
+    ["-e", `require("net").createServer().listen(${JSON.stringify(socketPath)}, () => console.log("listening"))`],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  const [line] = (await once(child.stdout!, "data")) as [Buffer];
+  if (!line.toString().includes("listening")) throw new Error(`stale-socket child said ${line}`);
+  const exited = once(child, "exit");
+  child.kill("SIGKILL");
+  await exited;
+  if (!fs.lstatSync(socketPath).isSocket()) throw new Error(`${socketPath} was not left behind`);
+}
+
+/**
+ * Resolves when `check()` holds, re-checking on each `change` event of
+ * `events` (and every `pollMs` when given, for filesystem state); rejects
+ * naming `what` after `timeoutMs`.
+ */
+export function waitForEvent(
+  events: EventEmitter,
+  what: string,
+  check: () => boolean,
+  timeoutMs: number,
+  pollMs?: number,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (check()) return resolve();
+    const onChange = () => {
+      if (!check()) return;
+      cleanup();
+      resolve();
+    };
+    const poll = pollMs ? setInterval(onChange, pollMs) : undefined;
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const onDeadline = () => {
+      cleanup();
+      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
+    };
+    const cleanup = () => {
+      events.off("change", onChange);
+      clearInterval(poll);
+      deadline.removeEventListener("abort", onDeadline);
+    };
+    deadline.addEventListener("abort", onDeadline, { once: true });
+    events.on("change", onChange);
+  });
+}
