@@ -18,6 +18,7 @@ interface Benchmark {
 
 const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   startup: () => import("./startup.ts"),
+  registration: () => import("./registration.ts"),
 };
 
 async function main(): Promise<number> {

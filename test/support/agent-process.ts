@@ -32,10 +32,13 @@ export interface TestPolicyFile {
   apiSocket: string;
 }
 
-/** Writes a policy for an agent living entirely under `dir`, with `extra` YAML appended to `handlers`. */
+/**
+ * Writes a policy for an agent living entirely under `dir`; `handlers`,
+ * `reconcile` and `security` are indented YAML bodies replacing those sections.
+ */
 export function writePolicy(
   dir: string,
-  options: { handlers?: string; reconcile?: string; api?: boolean } = {},
+  options: { handlers?: string; reconcile?: string; security?: string; api?: boolean } = {},
 ): TestPolicyFile {
   const registry = path.join(dir, "registry");
   const apiSocket = path.join(dir, "api.sock");
@@ -56,6 +59,7 @@ export function writePolicy(
       `  path: ${path.join(dir, "state", "kubelet_internal_checkpoint")}`,
       "reconcile:",
       options.reconcile ?? "  backoff: { initial: 50ms, max: 500ms }",
+      ...(options.security === undefined ? [] : ["security:", options.security]),
       "api:",
       `  socket: ${options.api === false ? "null" : apiSocket}`,
       "  metrics: null",
