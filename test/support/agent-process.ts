@@ -94,16 +94,18 @@ export function startEdgeplug(args: string[], options: { cwd?: string; env?: Nod
   const records: Array<Record<string, unknown>> = [];
   const waiters = new Set<() => void>();
   child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  let unparsed = "";
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
     stderr += chunk;
-    const lines = stderr.split("\n");
-    records.length = 0;
+    // Only complete lines are parsed, each once: a busy agent logs thousands.
+    const lines = (unparsed + chunk).split("\n");
+    unparsed = lines.pop()!;
     for (const line of lines) {
       if (!line.startsWith("{")) continue;
       try {
         records.push(JSON.parse(line) as Record<string, unknown>);
       } catch {
-        // a line still being written
+        // not a log record (e.g. a usage message)
       }
     }
     for (const wake of waiters) wake();
