@@ -212,3 +212,25 @@ test("stop gives an operation that ignores its signal a bounded time", async () 
   assert.ok(performance.now() - started < 1000);
   never.open();
 });
+
+test("the retry timer closes the window even when it fires before the clock reaches the retry time", async () => {
+  // Node's timers may fire a millisecond before Date.now() reaches the deadline.
+  let now = 0;
+  let fire = () => {};
+  const clock: Clock = {
+    now: () => now,
+    setTimer(callback) {
+      fire = callback;
+      return () => {};
+    },
+  };
+  const woken: string[] = [];
+  const executor = new OperationExecutor({ backoff, clock, onReady: (key) => woken.push(key) });
+  executor.run("/r/a.sock", async () => { throw new Error("refused"); });
+  await new Promise((resolve) => setImmediate(resolve));
+  now = 499;
+  fire();
+  assert.deepEqual(woken, ["/r/a.sock", "/r/a.sock"]);
+  assert.equal(executor.run("/r/a.sock", async () => {}), "started", "woken up and allowed to run");
+  await executor.stop();
+});

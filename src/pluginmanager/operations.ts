@@ -139,6 +139,9 @@ export class OperationExecutor {
     state.cancelTimer?.();
     state.cancelTimer = this.#clock.setTimer(() => {
       state.cancelTimer = undefined;
+      // The timer closes the window: timers may fire a millisecond before
+      // Date.now() reaches retryAt, and a refused retry would have no timer left.
+      state.retryAt = 0;
       if (!this.#stopped) this.#onReady(key);
     }, delay);
   }

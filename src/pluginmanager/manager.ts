@@ -1,0 +1,251 @@
+/**
+ * The plugin manager: watcher → desired state → reconciler → operations →
+ * registration → handlers, composed; plus the per-socket records that
+ * `status`, `--reconcile-once` and the API show (SPEC.md section 5).
+ *
+ * @example
+ * ```ts
+ * const manager = new PluginManager({ policy, log });
+ * manager.subscribe((change) => console.log(change.plugin.socket, change.plugin.state));
+ * await manager.start();
+ * const settled = await manager.whenSettled({ signal: AbortSignal.timeout(10_000) });
+ * await manager.stop();
+ * ```
+ */
+import { createGenericHandler } from "../handlers/generic.ts";
+import type { Logger } from "../log/logger.ts";
+import type { Policy } from "../policy/types.ts";
+import type { HandlerFactories } from "./handlers.ts";
+import { HandlerSet } from "./handlers.ts";
+import type { Clock } from "./operations.ts";
+import { OperationExecutor, systemClock } from "./operations.ts";
+import { Reconciler } from "./reconciler.ts";
+import type { AttemptOutcome, RegistrationContext } from "./registration.ts";
+import { registerPlugin, unregisterPlugin } from "./registration.ts";
+import type { DesiredChange, DesiredSocket, RegisteredPlugin } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
+import type { PluginChange, PluginRecord } from "./types.ts";
+import { PluginWatcher } from "./watcher.ts";
+
+/** The handlers of this build: only `generic`; built-ins join as their issues land. */
+export const defaultHandlerFactories: HandlerFactories = { generic: createGenericHandler };
+
+export interface PluginManagerOptions {
+  policy: Policy;
+  log: Logger;
+  /** Merged over {@link defaultHandlerFactories}; keyed by built-in type or `generic`. */
+  handlers?: HandlerFactories;
+  clock?: Clock;
+}
+
+export interface SettleOptions {
+  /** What to wait for; default: every known socket is registered (true when none is known). */
+  predicate?: (plugins: PluginRecord[]) => boolean;
+  /** Gives up (resolving false) when it fires. */
+  signal?: AbortSignal;
+}
+
+/** SPEC.md: the agent exits within 2 s of SIGTERM; operations get this long to end. */
+const STOP_GRACE_MS = 1500;
+
+export class PluginManager {
+  /** The policy's handlers, so that callers can reach a handler's own state. */
+  readonly handlers: HandlerSet;
+  readonly #log: Logger;
+  readonly #clock: Clock;
+  readonly #dsw = new DesiredStateOfWorld();
+  readonly #asw = new ActualStateOfWorld();
+  // Everything a registration reads from the policy goes through this
+  // context, so a policy reload (issue 4) can swap it in one place.
+  readonly #context: RegistrationContext;
+  readonly #executor: OperationExecutor;
+  readonly #reconciler: Reconciler;
+  readonly #watcher: PluginWatcher;
+  readonly #records = new Map<string, { record: PluginRecord; inode: string }>();
+  readonly #listeners = new Set<(change: PluginChange) => void>();
+  readonly #onStop = new Set<() => void>();
+  #phase: "new" | "running" | "stopped" = "new";
+  #stopped: Promise<void> | null = null;
+
+  constructor(options: PluginManagerOptions) {
+    const { policy } = options;
+    this.#log = options.log;
+    this.#clock = options.clock ?? systemClock;
+    this.handlers = new HandlerSet(policy, { ...defaultHandlerFactories, ...options.handlers });
+    this.#context = { policy, handlers: this.handlers, asw: this.#asw, log: this.#log };
+    this.#executor = new OperationExecutor({
+      backoff: policy.reconcile.backoff,
+      clock: this.#clock,
+      onReady: (socket) => this.#reconciler.reconcile(socket),
+    });
+    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log: this.#log, now: () => this.#now() });
+    this.#reconciler = new Reconciler({
+      dsw: this.#dsw,
+      asw: this.#asw,
+      executor: this.#executor,
+      register: (desired, signal) => this.#register(desired, signal),
+      unregister: (plugin) => this.#unregister(plugin),
+      resyncMs: policy.reconcile.resyncMs,
+      clock: this.#clock,
+      onResync: () => this.#watcher.rescan(),
+    });
+  }
+
+  /**
+   * Creates and watches the watch directories, records the sockets already
+   * there and starts their registrations. Rejects (and stops) when a watch
+   * directory cannot be created.
+   */
+  async start(): Promise<void> {
+    if (this.#phase !== "new") throw new Error(`plugin manager already ${this.#phase === "running" ? "started" : "stopped"}`);
+    this.#phase = "running";
+    this.handlers.logUnavailable(this.#log);
+    this.#dsw.subscribe((change) => this.#track(change));
+    this.#reconciler.start();
+    try {
+      this.#watcher.start();
+    } catch (error) {
+      await this.stop();
+      throw error;
+    }
+  }
+
+  /**
+   * Closes every watcher and timer, aborts registrations in flight and waits
+   * for them to end (at most 1.5 s). Registered plugins stay with their
+   * handlers. Safe to call twice.
+   */
+  stop(): Promise<void> {
+    this.#stopped ??= (async () => {
+      this.#phase = "stopped";
+      this.#watcher.stop();
+      this.#reconciler.stop();
+      await this.#executor.stop(STOP_GRACE_MS);
+      for (const callback of [...this.#onStop]) callback();
+    })();
+    return this.#stopped;
+  }
+
+  /** Every known registration socket, sorted by path (copies). */
+  plugins(): PluginRecord[] {
+    return [...this.#records.values()]
+      .map(({ record }) => copyRecord(record))
+      .sort((a, b) => (a.socket < b.socket ? -1 : a.socket > b.socket ? 1 : 0));
+  }
+
+  /** Calls `listener` once per state change of a socket, in order; returns the unsubscribe function. */
+  subscribe(listener: (change: PluginChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Resolves true as soon as `predicate` holds over {@link plugins} (checked
+   * now and after every change), false when `signal` fires or the manager stops.
+   */
+  whenSettled(options: SettleOptions = {}): Promise<boolean> {
+    const predicate = options.predicate ?? ((plugins) => plugins.every((plugin) => plugin.state === "registered"));
+    const { signal } = options;
+    return new Promise((resolve) => {
+      const finish = (settled: boolean) => {
+        unsubscribe();
+        this.#onStop.delete(onStop);
+        signal?.removeEventListener("abort", onStop);
+        resolve(settled);
+      };
+      const onStop = () => finish(false);
+      const unsubscribe = this.subscribe(() => {
+        if (predicate(this.plugins())) finish(true);
+      });
+      this.#onStop.add(onStop);
+      signal?.addEventListener("abort", onStop, { once: true });
+      if (signal?.aborted || this.#phase === "stopped") finish(false);
+      else if (predicate(this.plugins())) finish(true);
+    });
+  }
+
+  #now(): Date {
+    return new Date(this.#clock.now());
+  }
+
+  /** Keeps one record per desired socket: a new one is pending, a re-created one replaces its predecessor. */
+  #track(change: DesiredChange): void {
+    if (change.previous) {
+      const previous = this.#records.get(change.socket);
+      this.#records.delete(change.socket);
+      if (previous) {
+        this.#log.info(change.current ? "plugin socket re-created" : "plugin socket removed", fieldsOf(previous.record));
+        this.#emit(previous.record, true);
+      }
+    }
+    if (change.current) {
+      const record: PluginRecord = {
+        socket: change.socket,
+        type: null,
+        name: null,
+        endpoint: null,
+        versions: [],
+        state: "pending",
+        attempts: 0,
+        registeredAt: null,
+        error: null,
+        discoveredAt: change.current.discoveredAt,
+        lastAttemptAt: null,
+      };
+      this.#records.set(change.socket, { record, inode: change.current.inode });
+      this.#log.debug("plugin socket discovered", { socket: change.socket });
+      this.#emit(record, false);
+    }
+  }
+
+  async #register(desired: DesiredSocket, signal: AbortSignal): Promise<void> {
+    const tracked = this.#records.get(desired.socket);
+    const record = tracked?.inode === desired.inode ? tracked.record : undefined;
+    if (record) {
+      record.attempts++;
+      record.lastAttemptAt = this.#now();
+    }
+    const outcome = await registerPlugin(desired, this.#context, signal);
+    if (outcome.state === "aborted") throw new Error(outcome.error ?? "registration aborted");
+    if (record && this.#records.get(desired.socket)?.record === record) this.#recordOutcome(record, outcome);
+    if (outcome.state !== "registered") throw new Error(outcome.error ?? outcome.state);
+  }
+
+  #recordOutcome(record: PluginRecord, outcome: AttemptOutcome): void {
+    const changed = record.state !== outcome.state || record.error !== outcome.error;
+    if (outcome.info) Object.assign(record, { ...outcome.info, versions: [...outcome.info.versions] });
+    record.state = outcome.state as PluginRecord["state"];
+    record.error = outcome.error;
+    if (outcome.state === "registered") record.registeredAt = this.#now();
+    const fields = fieldsOf(record);
+    if (!changed) this.#log.debug("registration attempt failed again", fields);
+    else if (outcome.state === "registered") this.#log.info("plugin registered", fields);
+    else this.#log.warn(outcome.state === "stale" ? "plugin socket is stale" : "plugin registration failed", fields);
+    if (changed) this.#emit(record, false);
+  }
+
+  #unregister(plugin: RegisteredPlugin): void {
+    unregisterPlugin(plugin, this.#asw, this.#log);
+    const { socket, type, name } = plugin.registration;
+    this.#log.debug("plugin deregistered", { socket, type, name });
+  }
+
+  #emit(record: PluginRecord, removed: boolean): void {
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener({ plugin: copyRecord(record), removed });
+      } catch (error) {
+        this.#log.error("plugin change listener failed", { error: error instanceof Error ? error.message : String(error) });
+      }
+    }
+  }
+}
+
+function copyRecord(record: PluginRecord): PluginRecord {
+  return { ...record, versions: [...record.versions] };
+}
+
+function fieldsOf(record: PluginRecord): Record<string, unknown> {
+  const { socket, type, name, state, attempts, error } = record;
+  return { socket, type, name, state, attempts, reason: error };
+}

@@ -1,0 +1,278 @@
+/**
+ * The plugin manager end to end: real @grpc/grpc-js plugins on real unix
+ * sockets in a watched temp directory (upstream-tests-and-issues.md A.8, and
+ * the kubelet's known problems from section E).
+ */
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { test } from "node:test";
+import type { TestContext } from "node:test";
+import type { GenericHandler } from "../src/handlers/generic.ts";
+import { createLogger } from "../src/log/logger.ts";
+import type { HandlerFactories } from "../src/pluginmanager/handlers.ts";
+import { PluginManager } from "../src/pluginmanager/manager.ts";
+import type { PluginChange, PluginHandler, PluginRecord } from "../src/pluginmanager/types.ts";
+import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
+import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
+import { testPolicy } from "./support/policy.ts";
+import type { TestPolicyOptions } from "./support/policy.ts";
+
+const log = createLogger({ level: "error", format: "text" });
+
+function tempDir(t: TestContext): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epm-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+async function plugin(t: TestContext, options: FakePluginOptions): Promise<FakePlugin> {
+  const started = await startFakePlugin(options);
+  t.after(() => started.stop());
+  return started;
+}
+
+const sensor = (name = "acme.io/temp") => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
+
+async function startManager(t: TestContext, policy: TestPolicyOptions, handlers?: HandlerFactories) {
+  const manager = new PluginManager({ policy: testPolicy(policy), log, handlers });
+  const changes: PluginChange[] = [];
+  manager.subscribe((change) => changes.push(change));
+  t.after(() => manager.stop());
+  await manager.start();
+  return { manager, changes };
+}
+
+/** Waits (at most 5 s) until `predicate` holds over the manager's records. */
+async function until(manager: PluginManager, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
+  const settled = await manager.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
+  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
+}
+
+const stateOf = (manager: PluginManager, socket: string) => manager.plugins().find((p) => p.socket === socket)?.state;
+
+/** A handler recording its calls, for the plugin manager test of A.8. */
+function recordingHandler() {
+  const calls: string[] = [];
+  const handler: PluginHandler = {
+    async validatePlugin(plugin) {
+      calls.push(`validate ${plugin.name}`);
+    },
+    async registerPlugin(plugin) {
+      calls.push(`register ${plugin.name}`);
+    },
+    deregisterPlugin(plugin) {
+      calls.push(`deregister ${plugin.name}`);
+    },
+  };
+  return { calls, factories: { generic: () => handler } };
+}
+
+test("plugins in sub-directories created after start, at depth 0, 1 and 2, are validated then registered (A.8)", async (t) => {
+  const dir = tempDir(t);
+  for (let depth = 0; depth <= 2; depth++) {
+    await t.test(`depth ${depth}`, async (t) => {
+      const root = path.join(dir, `d${depth}`);
+      const { calls, factories } = recordingHandler();
+      const { manager } = await startManager(t, { watch: [root] }, factories);
+      const subdir = path.join(root, ...Array.from({ length: depth }, (_, i) => String(i)));
+      fs.mkdirSync(subdir, { recursive: true });
+      const name = `acme.io/depth-${depth}`;
+      const fake = await plugin(t, { socketPath: path.join(subdir, "p.sock"), info: sensor(name) });
+      assert.equal((await fake.waitForNotify()).registered, true);
+      await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+      assert.deepEqual(calls, [`validate ${name}`, `register ${name}`]);
+    });
+  }
+});
+
+test("plugins listening before start are registered; until GetInfo answers a record has null type, name and endpoint", async (t) => {
+  const dir = tempDir(t);
+  const fakes: FakePlugin[] = [];
+  for (let i = 0; i < 10; i++) fakes.push(await plugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
+  await plugin(t, { socketPath: path.join(dir, "slow.sock"), info: sensor("acme.io/slow"), hangGetInfo: true });
+  const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 10_000 } });
+  const slow = path.join(dir, "slow.sock");
+  assert.equal(manager.plugins().length, 11, "every socket is known when start() resolves");
+  await until(manager, (plugins) => plugins.filter((p) => p.state === "registered").length === 10, "ten registered");
+  for (const fake of fakes) assert.equal((await fake.waitForNotify()).registered, true);
+  const pending = manager.plugins().find((p) => p.socket === slow)!;
+  assert.deepEqual(
+    { type: pending.type, name: pending.name, endpoint: pending.endpoint, versions: pending.versions, state: pending.state, error: pending.error },
+    { type: null, name: null, endpoint: null, versions: [], state: "pending", error: null },
+  );
+});
+
+test("event-driven: with a 1 h resync, a new socket is registered within 100 ms, also in a directory created after start", async (t) => {
+  const dir = tempDir(t);
+  await startManager(t, { watch: [dir], resyncMs: 3_600_000 });
+  // Warm-up: the first registration in a process loads http2 and the generated code.
+  await (await plugin(t, { socketPath: path.join(dir, "warm.sock"), info: sensor("acme.io/warm") })).waitForNotify();
+
+  const fake = await plugin(t, { socketPath: path.join(dir, "new.sock"), info: sensor("acme.io/new") });
+  const listening = performance.now();
+  const notified = await fake.waitForNotify();
+  assert.equal(notified.registered, true);
+  assert.ok(notified.at - listening < 100, `registered ${(notified.at - listening).toFixed(1)} ms after listen`);
+
+  const created = performance.now();
+  fs.mkdirSync(path.join(dir, "later", "deeper"), { recursive: true });
+  const nested = await plugin(t, { socketPath: path.join(dir, "later", "deeper", "p.sock"), info: sensor("acme.io/nested") });
+  const nestedNotified = await nested.waitForNotify();
+  assert.equal(nestedNotified.registered, true);
+  assert.ok(nestedNotified.at - created < 100, `registered ${(nestedNotified.at - created).toFixed(1)} ms after mkdir`);
+});
+
+test("registration is retried after a transient GetInfo failure; the record keeps the error and counts attempts", async (t) => {
+  const dir = tempDir(t);
+  const { manager, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 10, maxMs: 40 } });
+  const socket = path.join(dir, "flaky.sock");
+  const fake = await plugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 2 });
+  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered after retries");
+  const [record] = manager.plugins();
+  assert.equal(record!.attempts, 3);
+  assert.equal(record!.error, null);
+  assert.equal(fake.getInfoCalls(), 3);
+  const states = changes.map((c) => c.plugin.state);
+  assert.deepEqual(states, ["pending", "failed", "registered"], "the same failure twice is one state change");
+  const failed = changes[1]!.plugin;
+  assert.match(failed.error!, /failed to get plugin info using RPC GetInfo .*plugin not ready yet/);
+  assert.equal(failed.attempts, 1);
+});
+
+test("a socket re-created at the same path re-registers exactly once, also when the events coalesce", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "p.sock");
+  const { calls, factories } = recordingHandler();
+  const { manager } = await startManager(t, { watch: [dir] }, factories);
+  const first = await startFakePlugin({ socketPath: socket, info: sensor("acme.io/v1") });
+  await first.waitForNotify();
+
+  // Delete and re-create: the plugin restarts on the same path.
+  await first.stop();
+  const second = await plugin(t, { socketPath: socket, info: sensor("acme.io/v2") });
+  await second.waitForNotify();
+
+  // Replace in one step (the watcher only ever sees the new socket): a
+  // plugin binds a dot-name, then renames it over the old socket.
+  const third = await plugin(t, { socketPath: path.join(dir, ".next.sock"), info: sensor("acme.io/v3") });
+  fs.renameSync(path.join(dir, ".next.sock"), socket);
+  await third.waitForNotify();
+
+  // Events are handled in order: once a later socket is registered, no late
+  // event for p.sock can be pending.
+  const marker = await plugin(t, { socketPath: path.join(dir, "z-marker.sock"), info: sensor("acme.io/marker") });
+  await marker.waitForNotify();
+  await until(manager, (plugins) => plugins.every((p) => p.state === "registered"), "all registered");
+  assert.deepEqual(calls, [
+    "validate acme.io/v1", "register acme.io/v1", "deregister acme.io/v1",
+    "validate acme.io/v2", "register acme.io/v2", "deregister acme.io/v2",
+    "validate acme.io/v3", "register acme.io/v3",
+    "validate acme.io/marker", "register acme.io/marker",
+  ]);
+  for (const fake of [second, third]) assert.equal(fake.notifications().length, 1);
+  assert.equal(manager.plugins().find((p) => p.socket === socket)!.name, "acme.io/v3");
+});
+
+test("a stale socket is reported stale at once and does not delay other plugins; a new socket at its path resets its backoff", async (t) => {
+  const dir = tempDir(t);
+  const stale = path.join(dir, "dead.sock");
+  await leaveStaleSocket(stale);
+  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor() });
+  const started = performance.now();
+  // A backoff of an hour: only a new socket at the path can bring a retry.
+  const { manager } = await startManager(t, { watch: [dir], backoff: { initialMs: 3_600_000, maxMs: 3_600_000 }, timeouts: { dialMs: 5000, getInfoMs: 5000 } });
+  await good.waitForNotify();
+  await until(manager, () => stateOf(manager, stale) === "stale", "stale");
+  assert.ok(performance.now() - started < 1000, "stale without waiting for a timeout");
+  assert.match(manager.plugins().find((p) => p.socket === stale)!.error!, /connection refused/);
+
+  fs.unlinkSync(stale);
+  const revived = await plugin(t, { socketPath: stale, info: sensor("acme.io/revived") });
+  assert.equal((await revived.waitForNotify()).registered, true);
+  await until(manager, () => stateOf(manager, stale) === "registered", "the revived plugin registered");
+});
+
+test("a GetInfo that hangs does not delay other plugins", async (t) => {
+  const dir = tempDir(t);
+  const hang = await plugin(t, { socketPath: path.join(dir, "a-hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
+  const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
+  await hang.waitForGetInfo();
+  const good = await plugin(t, { socketPath: path.join(dir, "b-good.sock"), info: sensor("acme.io/good") });
+  assert.equal((await good.waitForNotify()).registered, true);
+  assert.equal(stateOf(manager, hang.socketPath), "pending");
+});
+
+test("ten sockets with the same name are all registered and tracked by the generic handler", async (t) => {
+  const dir = tempDir(t);
+  const { manager } = await startManager(t, { watch: [dir] });
+  for (let i = 0; i < 10; i++) await plugin(t, { socketPath: path.join(dir, `same-${i}.sock`), info: sensor("acme.io/same") });
+  await until(manager, (plugins) => plugins.length === 10 && plugins.every((p) => p.state === "registered"), "ten registered");
+  const generic = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
+  assert.equal(generic.plugins().length, 10);
+  assert.ok(generic.plugins().every((p) => p.name === "acme.io/same"));
+});
+
+test("a watched subtree removed with rm -r while its plugins run drops them and breaks nothing", async (t) => {
+  const dir = tempDir(t);
+  const { manager, changes } = await startManager(t, { watch: [dir] });
+  fs.mkdirSync(path.join(dir, "a", "b"), { recursive: true });
+  for (const sub of ["a", "a/b"]) await plugin(t, { socketPath: path.join(dir, sub, "p.sock"), info: sensor(`acme.io/${sub}`) });
+  await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
+  fs.rmSync(path.join(dir, "a"), { recursive: true });
+  await until(manager, (plugins) => plugins.length === 0, "the subtree's plugins removed");
+  assert.equal(changes.filter((c) => c.removed).length, 2);
+  const after = await plugin(t, { socketPath: path.join(dir, "after.sock"), info: sensor("acme.io/after") });
+  assert.equal((await after.waitForNotify()).registered, true);
+});
+
+test("subscribers get one change per state change, in order, and a deleted socket leaves the list", async (t) => {
+  const dir = tempDir(t);
+  const { manager, changes } = await startManager(t, { watch: [dir] });
+  const socket = path.join(dir, "p.sock");
+  const fake = await startFakePlugin({ socketPath: socket, info: sensor() });
+  await until(manager, () => stateOf(manager, socket) === "registered", "registered");
+  await fake.stop();
+  await until(manager, (plugins) => plugins.length === 0, "removed");
+  assert.deepEqual(changes.map((c) => [c.plugin.state, c.removed]), [["pending", false], ["registered", false], ["registered", true]]);
+  const registered = changes[1]!.plugin;
+  assert.deepEqual(
+    { type: registered.type, name: registered.name, endpoint: registered.endpoint, versions: registered.versions, attempts: registered.attempts },
+    { type: "acme.io/Sensor", name: "acme.io/temp", endpoint: socket, versions: ["v1"], attempts: 1 },
+  );
+  assert.ok(registered.registeredAt instanceof Date);
+});
+
+test("stop aborts a hanging registration, closes every watcher, timer and connection, and is idempotent", async (t) => {
+  const dir = tempDir(t);
+  const descriptors = () => fs.readdirSync("/proc/self/fd").length;
+  // Warm-up: libuv's inotify descriptor and http2 stay for the process's life.
+  const warm = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "warm")] }), log });
+  await warm.start();
+  await warm.stop();
+  fs.mkdirSync(path.join(dir, "r"));
+  const hang = await plugin(t, { socketPath: path.join(dir, "r", "hang.sock"), info: sensor(), hangGetInfo: true });
+  const before = descriptors();
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "r"), path.join(dir, "s")], timeouts: { getInfoMs: 30_000 } }), log });
+  await manager.start();
+  fs.mkdirSync(path.join(dir, "r", "sub"));
+  await hang.waitForGetInfo();
+  const stopping = performance.now();
+  await manager.stop();
+  assert.ok(performance.now() - stopping < 2000, "stopped within 2 s");
+  await manager.stop();
+  assert.equal(await manager.whenSettled(), false, "nothing settles after stop");
+  // The plugin's end of the aborted connection closes a moment after ours.
+  const deadline = performance.now() + 2000;
+  while (descriptors() > before && performance.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(descriptors(), before);
+});
+
+test("start fails naming a watch directory it cannot create", async (t) => {
+  const dir = tempDir(t);
+  fs.writeFileSync(path.join(dir, "file"), "");
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "file", "registry")] }), log });
+  await assert.rejects(manager.start(), /cannot create watch directory .*file\/registry/);
+  await manager.stop();
+});
