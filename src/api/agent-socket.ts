@@ -25,6 +25,7 @@ import { Duplex } from "node:stream";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import type { Logger } from "../log/logger.ts";
 import { claimSocketPath } from "./socket-guard.ts";
 
@@ -76,13 +77,15 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
   await claimSocketPath(socketPath, { expect: "edgeplug-api", log });
 
   const shutdown = new AbortController();
-  const handler = connectNodeAdapter({
-    routes: options.routes,
-    grpc: true,
-    connect: true,
-    grpcWeb: false,
-    shutdownSignal: shutdown.signal,
-  });
+  const handler = withPortableGrpcMessage(
+    connectNodeAdapter({
+      routes: options.routes,
+      grpc: true,
+      connect: true,
+      grpcWeb: false,
+      shutdownSignal: shutdown.signal,
+    }),
+  );
   const calls = trackCalls(handler);
   const http1Server = http.createServer(calls.handle);
   const http2Server = http2.createServer(calls.handle);
