@@ -127,6 +127,9 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
         if (!settled) fail(connectFailure(socketPath, error, socketConnected));
       });
       h2.once("close", () => {
+        // Every connection closes; only one closed before its handshake is a failure
+        // (errors are not built otherwise: registration is a hot path).
+        if (settled) return;
         const message = `${socketPath} closed the connection before any HTTP/2 handshake: not a gRPC server`;
         fail(transportError("not-grpc", message, Code.Unavailable));
       });
@@ -192,7 +195,10 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     isClosed = true;
     current = undefined;
     for (const fail of [...pendingDials]) fail(channelClosedError());
-    for (const conn of [...connections]) conn.h2.destroy(channelClosedError(), http2.constants.NGHTTP2_CANCEL);
+    for (const conn of [...connections]) {
+      if (conn.streams.size === 0) conn.h2.destroy();
+      else conn.h2.destroy(channelClosedError(), http2.constants.NGHTTP2_CANCEL);
+    }
     settleClosedIfDone();
   };
 
