@@ -266,7 +266,7 @@ test("stop aborts a hanging registration, closes every watcher, timer and connec
   // The plugin's end of the aborted connection closes a moment after ours.
   const deadline = performance.now() + 2000;
   while (descriptors() > before && performance.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
-  assert.equal(descriptors(), before);
+  assert.ok(descriptors() <= before, `${descriptors() - before} descriptors left open`);
 });
 
 test("start fails naming a watch directory it cannot create", async (t) => {

@@ -83,8 +83,9 @@ export class Reconciler {
   #onDesiredChange(change: DesiredChange): void {
     const { executor } = this.#options;
     // A new socket at the path is a new plugin: its predecessor's backoff and
-    // any attempt still running for the predecessor do not apply to it.
-    if (change.kind !== "removed") executor.resetBackoff(change.socket);
+    // any attempt still running for the predecessor do not apply to it. A
+    // removed socket leaves no retry timer behind.
+    executor.resetBackoff(change.socket);
     if (change.kind !== "added") executor.abort(change.socket);
     this.reconcile(change.socket);
   }

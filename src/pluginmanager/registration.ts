@@ -172,7 +172,7 @@ export async function probePlugin(socket: string, policy: Policy, handlers: Hand
   if (stat && !stat.isSocket()) return { ...result, failure: "not-a-socket", error: `${socket} is not a unix socket` };
   const connection = new RegistrationConnection(socket, policy.reconcile.timeouts.dialMs);
   try {
-    result.info = await connection.getInfo(policy.reconcile.timeouts.getInfoMs, AbortSignal.timeout(60_000));
+    result.info = await connection.getInfo(policy.reconcile.timeouts.getInfoMs);
   } catch (error) {
     return { ...result, failure: classifyRpcError(error), error: describe(error) };
   } finally {
@@ -231,7 +231,7 @@ class RegistrationConnection {
     this.#dialMs = dialMs;
   }
 
-  async getInfo(timeoutMs: number, signal: AbortSignal): Promise<PluginInfoSummary> {
+  async getInfo(timeoutMs: number, signal?: AbortSignal): Promise<PluginInfoSummary> {
     const info = await this.#dial().getInfo({}, { timeoutMs, signal });
     return {
       type: info.type,
