@@ -72,7 +72,7 @@ export class PluginManager {
     this.#log = options.log;
     this.#clock = options.clock ?? systemClock;
     this.handlers = new HandlerSet(policy, { ...defaultHandlerFactories, ...options.handlers });
-    this.#context = { policy, handlers: this.handlers, asw: this.#asw, log: this.#log };
+    this.#context = { policy, handlers: this.handlers, asw: this.#asw, log: this.#log, clock: this.#clock };
     this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock: this.#clock,

@@ -18,6 +18,8 @@ import { dialUnix } from "../rpc/unix-channel.ts";
 import type { UnixChannel } from "../rpc/unix-channel.ts";
 import type { AvailableHandler, HandlerSet } from "./handlers.ts";
 import { nameRefusal, versionRefusal } from "./handlers.ts";
+import type { Clock } from "./operations.ts";
+import { systemClock } from "./operations.ts";
 import type { ActualStateOfWorld, DesiredSocket, RegisteredPlugin } from "./state.ts";
 import { inodeOf } from "./state.ts";
 import type { PluginRegistration } from "./types.ts";
@@ -43,7 +45,17 @@ export interface RegistrationContext {
   handlers: HandlerSet;
   asw: ActualStateOfWorld;
   log: Logger;
+  /** The clock {@link DesiredSocket.discoveredAt} was taken with (default: the system's). */
+  clock?: Clock;
 }
+
+/**
+ * A plugin binds its socket before it listens, and the watcher sees the file
+ * at bind(): a refused connection this soon after discovery is a plugin still
+ * starting, so it is dialled again (1, 2, 4... ms apart) until this much time
+ * after discovery has passed, and only then reported stale.
+ */
+const LISTEN_GRACE_MS = 100;
 
 /**
  * Runs one registration attempt for a discovered socket, from the owner
@@ -73,7 +85,7 @@ export async function registerPlugin(
   };
   try {
     try {
-      info = await connection.getInfo(timeouts.getInfoMs, signal);
+      info = await getInfoOnceListening(connection, desired, timeouts.getInfoMs, context.clock ?? systemClock, signal);
     } catch (error) {
       return await getInfoFailure(socket, error, timeouts.getInfoMs, signal, refuse);
     }
@@ -195,6 +207,39 @@ function checkSocketFile(socket: string, policy: Policy, inode?: string): string
     return `socket owned by uid ${stat.uid}, not in security.socketOwners ${JSON.stringify(owners)}`;
   }
   return null;
+}
+
+/** GetInfo, dialling again while a refused socket may still be between bind() and listen(). */
+async function getInfoOnceListening(
+  connection: RegistrationConnection,
+  desired: DesiredSocket,
+  getInfoMs: number,
+  clock: Clock,
+  signal: AbortSignal,
+): Promise<PluginInfoSummary> {
+  const graceEnds = desired.discoveredAt.getTime() + LISTEN_GRACE_MS;
+  for (let delayMs = 1; ; delayMs *= 2) {
+    try {
+      return await connection.getInfo(getInfoMs, signal);
+    } catch (error) {
+      const remainingMs = graceEnds - clock.now();
+      if (remainingMs <= 0 || signal.aborted || classifyRpcError(error) !== "stale") throw error;
+      await pause(Math.min(delayMs, remainingMs), clock, signal);
+    }
+  }
+}
+
+/** Resolves after `ms`, or at once when `signal` fires. */
+function pause(ms: number, clock: Clock, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      cancel();
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const cancel = clock.setTimer(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }
 
 async function getInfoFailure(

@@ -19,6 +19,11 @@ export interface FakePluginOptions {
   hangGetInfo?: boolean;
   /** The first N GetInfo calls fail with UNAVAILABLE. */
   failGetInfoTimes?: number;
+  /**
+   * The socket file is bound at once but listens only this much later, as
+   * a plugin between bind() and listen(): connections meanwhile are refused.
+   */
+  listenDelayMs?: number;
 }
 
 export interface Notification {
@@ -76,9 +81,17 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
     },
   });
   const address = `unix:${options.socketPath}`;
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-  );
+  let stopListening = () => {};
+  let dropConnections = () => server.drain(address, 0);
+  if (options.listenDelayMs === undefined) {
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
+    );
+  } else {
+    const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+    stopListening = bindThenListen(options.socketPath, options.listenDelayMs, (connection) => injector.injectConnection(connection));
+    dropConnections = () => injector.drain(0);
+  }
   const waitFor = (what: string, check: () => boolean, timeoutMs = 5000) =>
     waitForEvent(events, what, check, timeoutMs);
   return {
@@ -91,12 +104,45 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
     },
     waitForGetInfo: (count = 1, timeoutMs) =>
       waitFor(`${count} GetInfo calls at ${options.socketPath}`, () => getInfoCalls >= count, timeoutMs),
-    dropConnections: () => server.drain(address, 0),
+    dropConnections: () => dropConnections(),
     async stop() {
+      stopListening();
       server.forceShutdown();
       // grpc-js closes its listener asynchronously; the file goes with it.
       await waitForEvent(events, `${options.socketPath} to be removed`, () => !fs.existsSync(options.socketPath), 5000, 5);
     },
+  };
+}
+
+/** libuv's pipe handle, as Node's pipe_wrap binding exposes it. */
+interface PipeHandle {
+  bind(path: string): number;
+  listen(backlog: number): number;
+  close(callback?: () => void): void;
+  onconnection: (status: number, client: unknown) => void;
+}
+
+/**
+ * Binds a unix socket at `socketPath` now and listens `delayMs` later,
+ * handing each accepted connection to `onConnection`. Node has no public
+ * bind-without-listen, so this uses the pipe_wrap binding that net.Server
+ * is built on. Returns the function that closes the socket (removing its file).
+ */
+function bindThenListen(socketPath: string, delayMs: number, onConnection: (connection: net.Socket) => void): () => void {
+  const { Pipe, constants } = (process as unknown as { binding(name: "pipe_wrap"): { Pipe: new (type: number) => PipeHandle; constants: { SERVER: number } } }).binding("pipe_wrap");
+  const pipe = new Pipe(constants.SERVER);
+  const bound = pipe.bind(socketPath);
+  if (bound !== 0) throw new Error(`cannot bind ${socketPath}: uv error ${bound}`);
+  pipe.onconnection = (status, client) => {
+    if (status === 0) onConnection(new net.Socket({ handle: client } as net.SocketConstructorOpts));
+  };
+  const timer = setTimeout(() => pipe.listen(511), delayMs);
+  let closed = false;
+  return () => {
+    if (closed) return;
+    closed = true;
+    clearTimeout(timer);
+    pipe.close();
   };
 }
 
