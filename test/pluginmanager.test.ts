@@ -13,6 +13,7 @@ import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { HandlerFactories } from "../src/pluginmanager/handlers.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
+import type { PluginManagerObserver } from "../src/pluginmanager/manager.ts";
 import type { PluginChange, PluginHandler, PluginRecord } from "../src/pluginmanager/types.ts";
 import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
@@ -261,6 +262,98 @@ test("subscribers get one change per state change, in order, and a deleted socke
     { type: "acme.io/Sensor", name: "acme.io/temp", endpoint: socket, versions: ["v1"], attempts: 1 },
   );
   assert.ok(registered.registeredAt instanceof Date);
+});
+
+test("observer: every reconcile pass beats, on desired-state events and on each resync", async (t) => {
+  const dir = tempDir(t);
+  let beats = 0;
+  let beat = () => {};
+  const nextBeat = () => new Promise<void>((resolve) => (beat = resolve));
+  const observer: PluginManagerObserver = {
+    heartbeat(source) {
+      assert.equal(source, "reconciler");
+      beats++;
+      beat();
+    },
+  };
+  // An empty directory and a 50 ms resync: only the start and the resyncs run passes.
+  const quiet = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "quiet")], resyncMs: 50 }), log, observer });
+  t.after(() => quiet.stop());
+  await quiet.start();
+  const started = performance.now();
+  while (beats < 4) await nextBeat();
+  assert.ok(performance.now() - started >= 100, "three resyncs 50 ms apart");
+  await quiet.stop();
+
+  // A resync of an hour: a new socket's event is a pass of its own.
+  beats = 0;
+  const busy = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "busy")] }), log, observer });
+  t.after(() => busy.stop());
+  await busy.start();
+  const afterStart = beats;
+  const beaten = nextBeat();
+  await plugin(t, { socketPath: path.join(dir, "busy", "p.sock"), info: sensor() });
+  await beaten;
+  assert.ok(beats > afterStart);
+});
+
+test("observer: every attempt that ended reports its socket, type, name, state, duration and error; aborted ones do not", async (t) => {
+  const dir = tempDir(t);
+  const attempts: Parameters<NonNullable<PluginManagerObserver["attemptEnded"]>>[0][] = [];
+  const manager = new PluginManager({
+    policy: testPolicy({ watch: [dir], timeouts: { getInfoMs: 30_000 } }),
+    log,
+    observer: { attemptEnded: (attempt) => attempts.push(attempt) },
+  });
+  t.after(() => manager.stop());
+  const stale = path.join(dir, "dead.sock");
+  await leaveStaleSocket(stale);
+  const hang = await startFakePlugin({ socketPath: path.join(dir, "hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
+  t.after(() => hang.stop());
+  await manager.start();
+  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  await good.waitForNotify();
+  await until(manager, () => stateOf(manager, stale) === "stale", "stale");
+  await hang.waitForGetInfo();
+  // Removing the hanging plugin's socket aborts its attempt.
+  await hang.stop();
+  await until(manager, (plugins) => !plugins.some((p) => p.socket === hang.socketPath), "the hanging socket removed");
+  // stop() waits for the aborted attempt to end.
+  await manager.stop();
+
+  const byName = Object.fromEntries(attempts.map(({ durationMs, ...rest }) => [path.basename(rest.socket), { ...rest, durationMs }]));
+  assert.deepEqual(Object.keys(byName).sort(), ["dead.sock", "good.sock"], "the aborted attempt is not reported");
+  assert.deepEqual(
+    { ...byName["good.sock"], durationMs: 0 },
+    { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", error: null, durationMs: 0 },
+  );
+  assert.deepEqual([byName["dead.sock"]!.state, byName["dead.sock"]!.type, byName["dead.sock"]!.name], ["stale", null, null]);
+  assert.match(byName["dead.sock"]!.error!, /connection refused/);
+  assert.ok(byName["good.sock"]!.durationMs >= 0 && byName["good.sock"]!.durationMs < 1000);
+  // The stale socket's only attempt spanned the 100 ms in which it might still have started listening.
+  assert.ok(byName["dead.sock"]!.durationMs >= 90, `stale attempt took ${byName["dead.sock"]!.durationMs} ms`);
+});
+
+test("log lines: one per outcome, with socket, type, name and state; a reason only when there is one", async (t) => {
+  const dir = tempDir(t);
+  const lines: Record<string, unknown>[] = [];
+  const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
+  const manager = new PluginManager({ policy: testPolicy({ watch: [dir] }), log: jsonLog });
+  t.after(() => manager.stop());
+  await manager.start();
+  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  const unknown = await plugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
+  await good.waitForNotify();
+  await unknown.waitForNotify();
+  await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
+  const registered = lines.filter((line) => line.msg === "plugin registered");
+  assert.deepEqual(registered.map(({ socket, type, name, state, attempts, reason }) => ({ socket, type, name, state, attempts, reason })), [
+    { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", attempts: 1, reason: undefined },
+  ]);
+  assert.ok(!("reason" in registered[0]!), "no reason key on success");
+  const failed = lines.filter((line) => line.msg === "plugin registration failed");
+  assert.equal(failed.length, 1);
+  assert.match(String(failed[0]!.reason), /no handler registered for plugin type: acme.io\/Unknown/);
 });
 
 test("stop aborts a hanging registration, closes every watcher, timer and connection, and is idempotent", async (t) => {

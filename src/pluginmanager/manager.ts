@@ -30,9 +30,25 @@ import { PluginWatcher } from "./watcher.ts";
 /** The handlers of this build: only `generic`; built-ins join as their issues land. */
 export const defaultHandlerFactories: HandlerFactories = { generic: createGenericHandler };
 
+/** What the manager reports for metrics and health; every method is optional and must not throw. */
+export interface PluginManagerObserver {
+  /** Every reconcile pass that ran: on each desired-state event and each periodic resync (source "reconciler"). */
+  heartbeat?(source: "reconciler"): void;
+  /** Every registration attempt that ended, except aborted ones. */
+  attemptEnded?(attempt: {
+    socket: string;
+    type: string | null;
+    name: string | null;
+    state: "registered" | "failed" | "stale";
+    durationMs: number;
+    error: string | null;
+  }): void;
+}
+
 export interface PluginManagerOptions {
   policy: Policy;
   log: Logger;
+  observer?: PluginManagerObserver;
   /** Merged over {@link defaultHandlerFactories}; keyed by built-in type or `generic`. */
   handlers?: HandlerFactories;
   clock?: Clock;
@@ -53,6 +69,7 @@ export class PluginManager {
   readonly handlers: HandlerSet;
   readonly #log: Logger;
   readonly #clock: Clock;
+  readonly #observer: PluginManagerObserver;
   readonly #dsw = new DesiredStateOfWorld();
   readonly #asw = new ActualStateOfWorld();
   // Everything a registration reads from the policy goes through this
@@ -71,6 +88,7 @@ export class PluginManager {
     const { policy } = options;
     this.#log = options.log;
     this.#clock = options.clock ?? systemClock;
+    this.#observer = options.observer ?? {};
     this.handlers = new HandlerSet(policy, { ...defaultHandlerFactories, ...options.handlers });
     this.#context = { policy, handlers: this.handlers, asw: this.#asw, log: this.#log, clock: this.#clock };
     this.#executor = new OperationExecutor({
@@ -88,6 +106,7 @@ export class PluginManager {
       resyncMs: policy.reconcile.resyncMs,
       clock: this.#clock,
       onResync: () => this.#watcher.rescan(),
+      onPass: () => this.#notifyObserver("heartbeat", () => this.#observer.heartbeat?.("reconciler")),
     });
   }
 
@@ -205,8 +224,12 @@ export class PluginManager {
       record.attempts++;
       record.lastAttemptAt = this.#now();
     }
+    const startedAt = this.#clock.now();
     const outcome = await registerPlugin(desired, this.#context, signal);
     if (outcome.state === "aborted") throw new Error(outcome.error ?? "registration aborted");
+    const { state, error, info } = outcome;
+    const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, error };
+    this.#notifyObserver("attemptEnded", () => this.#observer.attemptEnded?.({ ...attempt, durationMs: this.#clock.now() - startedAt }));
     if (record && this.#records.get(desired.socket)?.record === record) this.#recordOutcome(record, outcome);
     if (outcome.state !== "registered") throw new Error(outcome.error ?? outcome.state);
   }
@@ -230,6 +253,15 @@ export class PluginManager {
     this.#log.debug("plugin deregistered", { socket, type, name });
   }
 
+  /** Observers must not throw; one that does is logged and the manager goes on. */
+  #notifyObserver(hook: string, call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.#log.error("plugin manager observer failed", { hook, error: error instanceof Error ? error.message : String(error) });
+    }
+  }
+
   #emit(record: PluginRecord, removed: boolean): void {
     for (const listener of [...this.#listeners]) {
       try {
@@ -247,5 +279,5 @@ function copyRecord(record: PluginRecord): PluginRecord {
 
 function fieldsOf(record: PluginRecord): Record<string, unknown> {
   const { socket, type, name, state, attempts, error } = record;
-  return { socket, type, name, state, attempts, reason: error };
+  return { socket, type, name, state, attempts, ...(error === null ? {} : { reason: error }) };
 }

@@ -20,6 +20,8 @@ export interface ReconcilerOptions {
   clock?: Clock;
   /** Runs before each periodic full compare (the watcher's rescan). */
   onResync?: () => void;
+  /** Called after every pass: each desired-state change and each full compare. */
+  onPass?: () => void;
 }
 
 export class Reconciler {
@@ -78,6 +80,7 @@ export class Reconciler {
       if (dsw.get(plugin.socket)?.inode !== plugin.inode) this.reconcile(plugin.socket);
     }
     for (const desired of dsw.sockets()) this.reconcile(desired.socket);
+    this.#options.onPass?.();
   }
 
   #onDesiredChange(change: DesiredChange): void {
@@ -88,6 +91,7 @@ export class Reconciler {
     executor.resetBackoff(change.socket);
     if (change.kind !== "added") executor.abort(change.socket);
     this.reconcile(change.socket);
+    this.#options.onPass?.();
   }
 
   #armResync(): void {
