@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { EventEmitter, once } from "node:events";
 import * as fs from "node:fs";
 import * as net from "node:net";
+import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { pluginRegistration } from "./kubelet-protos.ts";
 
@@ -168,11 +169,14 @@ export async function startGarbageListener(socketPath: string): Promise<{ close(
 /**
  * Leaves a stale socket at `socketPath`, as a plugin killed with SIGKILL does:
  * a child process listens on it and is killed; the file stays, nothing listens.
+ * The child listens under a hidden name, renamed into place once it is dead,
+ * so that a watcher never sees the socket while something still listens.
  */
 export async function leaveStaleSocket(socketPath: string): Promise<void> {
+  const hidden = path.join(path.dirname(socketPath), `.${path.basename(socketPath)}`);
   const child = spawn(
     process.execPath,
-    ["-e", `require("net").createServer().listen(${JSON.stringify(socketPath)}, () => console.log("listening"))`],
+    ["-e", `require("net").createServer().listen(${JSON.stringify(hidden)}, () => console.log("listening"))`],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const [line] = (await once(child.stdout!, "data")) as [Buffer];
@@ -180,6 +184,7 @@ export async function leaveStaleSocket(socketPath: string): Promise<void> {
   const exited = once(child, "exit");
   child.kill("SIGKILL");
   await exited;
+  fs.renameSync(hidden, socketPath);
   if (!fs.lstatSync(socketPath).isSocket()) throw new Error(`${socketPath} was not left behind`);
 }
 
