@@ -4,6 +4,7 @@
  * the kubelet's known problems from section E).
  */
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -15,7 +16,7 @@ import type { HandlerFactories } from "../src/pluginmanager/handlers.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../src/pluginmanager/manager.ts";
 import type { PluginChange, PluginHandler, PluginRecord } from "../src/pluginmanager/types.ts";
-import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
+import { leaveStaleSocket, startFakePlugin, waitForEvent } from "./support/fake-plugin.ts";
 import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
 import type { TestPolicyOptions } from "./support/policy.ts";
@@ -264,37 +265,40 @@ test("subscribers get one change per state change, in order, and a deleted socke
   assert.ok(registered.registeredAt instanceof Date);
 });
 
-test("observer: every reconcile pass beats, on desired-state events and on each resync", async (t) => {
-  const dir = tempDir(t);
+/** Counts the manager's heartbeats; `reach(n)` resolves once n have come (rejects after 5 s). */
+function heartbeatCounter() {
+  const events = new EventEmitter();
   let beats = 0;
-  let beat = () => {};
-  const nextBeat = () => new Promise<void>((resolve) => (beat = resolve));
   const observer: PluginManagerObserver = {
-    heartbeat(source) {
-      assert.equal(source, "reconciler");
-      beats++;
-      beat();
+    heartbeat: (source) => {
+      if (source === "reconciler") beats++;
+      events.emit("change");
     },
   };
+  const reach = (count: number) => waitForEvent(events, `${count} heartbeats`, () => beats >= count, 5000);
+  return { observer, reach, count: () => beats };
+}
+
+test("observer: every reconcile pass beats, on desired-state events and on each resync", async (t) => {
+  const dir = tempDir(t);
+  const heartbeats = heartbeatCounter();
+  const { observer } = heartbeats;
   // An empty directory and a 50 ms resync: only the start and the resyncs run passes.
   const quiet = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "quiet")], resyncMs: 50 }), log, observer });
   t.after(() => quiet.stop());
   await quiet.start();
   const started = performance.now();
-  while (beats < 4) await nextBeat();
+  await heartbeats.reach(4);
   assert.ok(performance.now() - started >= 100, "three resyncs 50 ms apart");
   await quiet.stop();
 
   // A resync of an hour: a new socket's event is a pass of its own.
-  beats = 0;
   const busy = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "busy")] }), log, observer });
   t.after(() => busy.stop());
   await busy.start();
-  const afterStart = beats;
-  const beaten = nextBeat();
+  const afterStart = heartbeats.count();
   await plugin(t, { socketPath: path.join(dir, "busy", "p.sock"), info: sensor() });
-  await beaten;
-  assert.ok(beats > afterStart);
+  await heartbeats.reach(afterStart + 1);
 });
 
 test("observer: every attempt that ended reports its socket, type, name, state, duration and error; aborted ones do not", async (t) => {

@@ -6,6 +6,7 @@
  * Later issues plug real built-in handlers in through {@link HandlerFactories}:
  * `{ DevicePlugin: (policy) => deviceManager.handler(policy) }`.
  */
+import { isDeepStrictEqual } from "node:util";
 import type { Logger } from "../log/logger.ts";
 import { globMatch, nameAllowed } from "../policy/glob.ts";
 import type { HandlerPolicy, Policy } from "../policy/types.ts";
@@ -41,8 +42,18 @@ export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
 export class HandlerSet {
   readonly #entries = new Map<string, HandlerEntry>();
 
-  constructor(policy: Policy, factories: HandlerFactories) {
+  /**
+   * Builds a handler for each declared type. With `previous` (a policy
+   * reload), a type whose handler policy is unchanged keeps its entry and
+   * handler instance; the others get new ones.
+   */
+  constructor(policy: Policy, factories: HandlerFactories, previous?: HandlerSet) {
     for (const [type, handlerPolicy] of policy.handlers) {
+      const kept = previous?.get(type);
+      if (kept && isDeepStrictEqual(kept.policy, handlerPolicy)) {
+        this.#entries.set(type, kept);
+        continue;
+      }
       const factory = factories[handlerPolicy.kind === "generic" ? "generic" : type];
       this.#entries.set(
         type,
@@ -62,10 +73,10 @@ export class HandlerSet {
     return [...this.#entries.values()];
   }
 
-  /** Logs, once, each declared type that this build cannot handle. */
-  logUnavailable(log: Logger): void {
+  /** Logs each declared type that this build cannot handle, except those `previous` already had. */
+  logUnavailable(log: Logger, previous?: HandlerSet): void {
     for (const entry of this.#entries.values()) {
-      if (entry.unavailable) log.warn("handler not available in this build", { type: entry.type });
+      if (entry.unavailable && !previous?.get(entry.type)?.unavailable) log.warn("handler not available in this build", { type: entry.type });
     }
   }
 }

@@ -21,10 +21,11 @@ import type { Clock } from "./operations.ts";
 import { OperationExecutor, systemClock } from "./operations.ts";
 import { Reconciler } from "./reconciler.ts";
 import type { AttemptOutcome, RegistrationContext } from "./registration.ts";
-import { registerPlugin, unregisterPlugin } from "./registration.ts";
+import { registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, RegisteredPlugin } from "./state.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
 import type { PluginChange, PluginRecord } from "./types.ts";
+import type { WatchDir } from "../policy/types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 /** The handlers of this build: only `generic`; built-ins join as their issues land. */
@@ -65,16 +66,17 @@ export interface SettleOptions {
 const STOP_GRACE_MS = 1500;
 
 export class PluginManager {
-  /** The policy's handlers, so that callers can reach a handler's own state. */
-  readonly handlers: HandlerSet;
+  readonly #factories: HandlerFactories;
   readonly #log: Logger;
   readonly #clock: Clock;
   readonly #observer: PluginManagerObserver;
   readonly #dsw = new DesiredStateOfWorld();
   readonly #asw = new ActualStateOfWorld();
   // Everything a registration reads from the policy goes through this
-  // context, so a policy reload (issue 4) can swap it in one place.
+  // context, so that a policy reload swaps it in one place.
   readonly #context: RegistrationContext;
+  /** Bumped by each policy reload, so that an attempt can tell it ran under a superseded policy. */
+  #policyGeneration = 0;
   readonly #executor: OperationExecutor;
   readonly #reconciler: Reconciler;
   readonly #watcher: PluginWatcher;
@@ -89,8 +91,8 @@ export class PluginManager {
     this.#log = options.log;
     this.#clock = options.clock ?? systemClock;
     this.#observer = options.observer ?? {};
-    this.handlers = new HandlerSet(policy, { ...defaultHandlerFactories, ...options.handlers });
-    this.#context = { policy, handlers: this.handlers, asw: this.#asw, log: this.#log, clock: this.#clock };
+    this.#factories = { ...defaultHandlerFactories, ...options.handlers };
+    this.#context = { policy, handlers: new HandlerSet(policy, this.#factories), asw: this.#asw, log: this.#log, clock: this.#clock };
     this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock: this.#clock,
@@ -127,6 +129,56 @@ export class PluginManager {
       await this.stop();
       throw error;
     }
+  }
+
+  /** The policy's handlers, so that callers can reach a handler's own state (replaced by {@link applyPolicy}). */
+  get handlers(): HandlerSet {
+    return this.#context.handlers;
+  }
+
+  /**
+   * Applies a new, already validated policy at once (SPEC.md section 2,
+   * SIGHUP); synchronous: what it starts (registrations, deregistrations)
+   * shows up as change events. Watch dirs: an added one is created, walked
+   * and watched; the sockets of a removed one leave the list (registered
+   * plugins are deregistered, never dialled). Handlers: a type whose handler
+   * policy is unchanged keeps its handler; a registered plugin the new policy
+   * refuses (owner, type, dir `types`, allow/deny, versions) is deregistered,
+   * goes back to `pending` and is registered again, so that it ends `failed`
+   * with the reason (and is told, when it can be dialled); one still accepted
+   * is not touched, even when its type's handler was rebuilt (it stays with
+   * the handler that took it). Every socket not registered is retried at
+   * once, its backoff forgotten: the new policy may accept it. An attempt in
+   * flight finishes under the policy it started with; its outcome is then
+   * checked against the new one. `security.maxPlugins` lowered below the
+   * registered count deregisters nothing (as the kubelet keeps what it has):
+   * new plugins are refused until enough leave. Backoff and timeouts apply to
+   * the next attempts; a new resync period re-arms the timer. `api.*`,
+   * `checkpoint` and `devicePlugins` are not the manager's: the caller says
+   * they need a restart. Does nothing once stopped.
+   */
+  applyPolicy(policy: Policy): void {
+    if (this.#phase === "stopped") return;
+    const previous = { ...this.#context };
+    const handlers = new HandlerSet(policy, this.#factories, previous.handlers);
+    this.#context.policy = policy;
+    this.#context.handlers = handlers;
+    this.#policyGeneration++;
+    this.#executor.setBackoff(policy.reconcile.backoff);
+    this.#reconciler.setResyncPeriod(policy.reconcile.resyncMs);
+    if (this.#phase === "new") return this.#watcher.setDirs(policy.watch);
+    handlers.logUnavailable(this.#log, previous.handlers);
+    this.#logWatchChanges(previous.policy.watch, policy.watch);
+    // Sockets of removed dirs leave now, so that nothing below touches them.
+    this.#watcher.setDirs(policy.watch);
+    for (const plugin of this.#asw.plugins()) {
+      // An attempt that has not recorded its outcome yet checks it when it does.
+      if (this.#recordOf(plugin)?.state === "registered") this.#deregisterIfRefused(plugin);
+    }
+    for (const desired of this.#dsw.sockets()) {
+      if (!this.#asw.has(desired.socket, desired.inode)) this.#executor.resetBackoff(desired.socket);
+    }
+    this.#reconciler.reconcileAll();
   }
 
   /**
@@ -225,13 +277,46 @@ export class PluginManager {
       record.lastAttemptAt = this.#now();
     }
     const startedAt = this.#clock.now();
+    const generation = this.#policyGeneration;
     const outcome = await registerPlugin(desired, this.#context, signal);
     if (outcome.state === "aborted") throw new Error(outcome.error ?? "registration aborted");
     const { state, error, info } = outcome;
     const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, error };
     this.#notifyObserver("attemptEnded", () => this.#observer.attemptEnded?.({ ...attempt, durationMs: this.#clock.now() - startedAt }));
     if (record && this.#records.get(desired.socket)?.record === record) this.#recordOutcome(record, outcome);
+    if (generation !== this.#policyGeneration) {
+      // Decided under a superseded policy: decide again under the new one at
+      // once (resolving, the executor opens no backoff window and reconciles).
+      const plugin = this.#asw.get(desired.socket);
+      if (plugin?.inode === desired.inode) this.#deregisterIfRefused(plugin);
+      return;
+    }
     if (outcome.state !== "registered") throw new Error(outcome.error ?? outcome.state);
+  }
+
+  /** Deregisters a plugin the current policy refuses; its record goes back to pending, with the reason. */
+  #deregisterIfRefused(plugin: RegisteredPlugin): void {
+    const reason = registeredPluginRefusal(plugin, this.#context.policy, this.#context.handlers);
+    if (reason === null) return;
+    this.#unregister(plugin);
+    this.#executor.resetBackoff(plugin.socket);
+    const record = this.#recordOf(plugin);
+    if (!record) return;
+    Object.assign(record, { state: "pending", error: reason, registeredAt: null });
+    this.#log.info("plugin deregistered: the policy now refuses it", fieldsOf(record));
+    this.#emit(record, false);
+  }
+
+  #recordOf(plugin: RegisteredPlugin): PluginRecord | undefined {
+    const tracked = this.#records.get(plugin.socket);
+    return tracked?.inode === plugin.inode ? tracked.record : undefined;
+  }
+
+  #logWatchChanges(before: readonly WatchDir[], after: readonly WatchDir[]): void {
+    const paths = (dirs: readonly WatchDir[]) => new Set(dirs.map((dir) => dir.path));
+    const [was, now] = [paths(before), paths(after)];
+    for (const dir of now) if (!was.has(dir)) this.#log.info("watch directory added", { dir });
+    for (const dir of was) if (!now.has(dir)) this.#log.info("watch directory no longer watched", { dir });
   }
 
   #recordOutcome(record: PluginRecord, outcome: AttemptOutcome): void {

@@ -44,7 +44,7 @@ interface KeyState {
 }
 
 export class OperationExecutor {
-  readonly #backoff: BackoffPolicy;
+  #backoff: BackoffPolicy;
   readonly #clock: Clock;
   readonly #onReady: (key: string) => void;
   readonly #keys = new Map<string, KeyState>();
@@ -81,6 +81,11 @@ export class OperationExecutor {
       });
     state.running = { controller, done };
     return "started";
+  }
+
+  /** Backoff for the failures to come; windows already open keep their end. */
+  setBackoff(backoff: BackoffPolicy): void {
+    this.#backoff = backoff;
   }
 
   isRunning(key: string): boolean {

@@ -27,6 +27,7 @@ export interface ReconcilerOptions {
 export class Reconciler {
   readonly #options: ReconcilerOptions;
   readonly #clock: Clock;
+  #resyncMs: number;
   #unsubscribe: () => void = () => {};
   #cancelResync: () => void = () => {};
   #running = false;
@@ -34,6 +35,7 @@ export class Reconciler {
   constructor(options: ReconcilerOptions) {
     this.#options = options;
     this.#clock = options.clock ?? systemClock;
+    this.#resyncMs = options.resyncMs;
   }
 
   /** Starts reacting to desired-state changes and arms the periodic resync. */
@@ -50,6 +52,14 @@ export class Reconciler {
     this.#running = false;
     this.#unsubscribe();
     this.#cancelResync();
+  }
+
+  /** Sets the resync period; a running reconciler re-arms its timer with it. */
+  setResyncPeriod(resyncMs: number): void {
+    this.#resyncMs = resyncMs;
+    if (!this.#running) return;
+    this.#cancelResync();
+    this.#armResync();
   }
 
   /** Converges one socket: unregister a plugin whose socket left or changed, register a desired one. */
@@ -100,6 +110,6 @@ export class Reconciler {
       this.#options.onResync?.();
       this.reconcileAll();
       this.#armResync();
-    }, this.#options.resyncMs);
+    }, this.#resyncMs);
   }
 }

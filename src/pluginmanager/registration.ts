@@ -67,7 +67,8 @@ export async function registerPlugin(
   context: RegistrationContext,
   signal: AbortSignal,
 ): Promise<AttemptOutcome> {
-  const { policy, asw } = context;
+  // The whole attempt runs under the policy and handlers it started with.
+  const { policy, handlers, asw } = context;
   const { socket } = desired;
   const { timeouts } = policy.reconcile;
   const socketRefusal = checkSocketFile(socket, policy, desired.inode);
@@ -89,7 +90,7 @@ export async function registerPlugin(
     } catch (error) {
       return await getInfoFailure(socket, error, timeouts.getInfoMs, signal, refuse);
     }
-    const decision = decideHandler(policy, context.handlers, socket, info);
+    const decision = decideHandler(policy, handlers, socket, info);
     if ("refusal" in decision) return await refuse(decision.refusal);
     const { handler } = decision.entry;
     const registration: PluginRegistration = { socket, ...info };
@@ -139,6 +140,20 @@ export function unregisterPlugin(plugin: RegisteredPlugin, asw: ActualStateOfWor
   } catch (error) {
     log.error("handler failed to deregister plugin", { socket: plugin.socket, error: describe(error) });
   }
+}
+
+/**
+ * Why `policy` refuses a plugin registered earlier (socket owner, type,
+ * watch directory `types`, allow/deny, versions), or null when it still
+ * accepts it. Never dials the plugin: its GetInfo answer at registration is used.
+ */
+export function registeredPluginRefusal(plugin: RegisteredPlugin, policy: Policy, handlers: HandlerSet): string | null {
+  const stat = lstatOrNull(plugin.socket);
+  // A socket gone or re-created is the watcher's to report, not a refusal.
+  const owner = stat && inodeOf(stat) === plugin.inode ? ownerRefusal(stat, policy) : null;
+  if (owner) return owner;
+  const decision = decideHandler(policy, handlers, plugin.socket, plugin.registration);
+  return "refusal" in decision ? decision.refusal : null;
 }
 
 /** The handler that takes a plugin, or why none does (type, watch dir `types`, allow/deny, versions). */
@@ -202,11 +217,13 @@ function checkSocketFile(socket: string, policy: Policy, inode?: string): string
   if (!stat) return `socket ${socket} no longer exists`;
   if (!stat.isSocket()) return `${socket} is not a unix socket`;
   if (inode !== undefined && inodeOf(stat) !== inode) return `socket ${socket} was re-created during registration`;
+  return ownerRefusal(stat, policy);
+}
+
+function ownerRefusal(stat: fs.BigIntStats, policy: Policy): string | null {
   const owners = policy.security.socketOwners;
-  if (!owners.includes(Number(stat.uid))) {
-    return `socket owned by uid ${stat.uid}, not in security.socketOwners ${JSON.stringify(owners)}`;
-  }
-  return null;
+  if (owners.includes(Number(stat.uid))) return null;
+  return `socket owned by uid ${stat.uid}, not in security.socketOwners ${JSON.stringify(owners)}`;
 }
 
 /** GetInfo, dialling again while a refused socket may still be between bind() and listen(). */

@@ -216,3 +216,29 @@ test("rescan adds a socket an event missed and drops one that vanished unseen", 
   watcher.rescan();
   assert.deepEqual(paths(dsw.sockets()), [socket]);
 });
+
+test("setDirs: an added root is created and walked, a removed root's sockets are forgotten, recursive turned off drops sub-directories", async (t) => {
+  const dir = tempDir(t);
+  const [a, b, c] = ["a", "b", "c"].map((name) => path.join(dir, name));
+  fs.mkdirSync(path.join(a, "sub"), { recursive: true });
+  fs.mkdirSync(b);
+  await listen(t, path.join(a, "top.sock"));
+  await listen(t, path.join(a, "sub", "deep.sock"));
+  await listen(t, path.join(b, "b.sock"));
+  const { dsw, watcher } = startWatcher(t, [{ path: a }]);
+  assert.deepEqual(paths(dsw.sockets()), [path.join(a, "sub", "deep.sock"), path.join(a, "top.sock")]);
+
+  watcher.setDirs([{ path: a, recursive: false, types: null }, { path: b, recursive: true, types: null }, { path: c, recursive: true, types: null }]);
+  assert.deepEqual(paths(dsw.sockets()), [path.join(a, "top.sock"), path.join(b, "b.sock")]);
+  assert.ok(fs.statSync(c).isDirectory(), "the added root was created");
+  await listen(t, path.join(c, "c.sock"));
+  await until(dsw, (sockets) => paths(sockets).includes(path.join(c, "c.sock")), "the added root watched");
+
+  watcher.setDirs([{ path: c, recursive: true, types: null }]);
+  assert.deepEqual(paths(dsw.sockets()), [path.join(c, "c.sock")]);
+  // No longer watched: a socket in a removed root goes unseen, while the kept root still reports.
+  await listen(t, path.join(b, "late.sock"));
+  await listen(t, path.join(c, "marker.sock"));
+  await until(dsw, (sockets) => paths(sockets).includes(path.join(c, "marker.sock")), "the marker");
+  assert.deepEqual(paths(dsw.sockets()), [path.join(c, "c.sock"), path.join(c, "marker.sock")]);
+});

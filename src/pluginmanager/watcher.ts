@@ -30,7 +30,7 @@ interface WatchedDir {
 }
 
 export class PluginWatcher {
-  readonly #dirs: WatchDir[];
+  #dirs: WatchDir[];
   readonly #dsw: DesiredStateOfWorld;
   readonly #log: Logger;
   readonly #now: () => Date;
@@ -38,7 +38,7 @@ export class PluginWatcher {
   #running = false;
 
   constructor(options: PluginWatcherOptions) {
-    this.#dirs = options.dirs.map((dir) => ({ ...dir, path: path.resolve(dir.path) }));
+    this.#dirs = resolved(options.dirs);
     this.#dsw = options.dsw;
     this.#log = options.log;
     this.#now = options.now ?? (() => new Date());
@@ -72,6 +72,24 @@ export class PluginWatcher {
       }
       this.#sync(dir.path);
     }
+  }
+
+  /**
+   * Watches `dirs` from now on (a policy reload): sockets and directories no
+   * longer under a watch root are forgotten, then every root is created if
+   * missing and walked, so added roots and changed `recursive` take effect.
+   * A root that cannot be created is logged and tried again at each rescan.
+   */
+  setDirs(dirs: readonly WatchDir[]): void {
+    this.#dirs = resolved(dirs);
+    if (!this.#running) return;
+    for (const desired of this.#dsw.sockets()) {
+      if (!this.#watchable(path.dirname(desired.socket))) this.#dsw.remove(desired.socket);
+    }
+    for (const dir of [...this.#watched.keys()]) {
+      if (!this.#watchable(dir)) this.#unwatch(dir);
+    }
+    this.rescan();
   }
 
   /** Closes every directory watcher. Safe to call twice; the desired state is left as it is. */
@@ -189,6 +207,10 @@ export class PluginWatcher {
     this.#watched.get(dir)?.watcher.close();
     this.#watched.delete(dir);
   }
+}
+
+function resolved(dirs: readonly WatchDir[]): WatchDir[] {
+  return dirs.map((dir) => ({ ...dir, path: path.resolve(dir.path) }));
 }
 
 function lstatOrNull(target: string): fs.BigIntStats | null {
