@@ -14,7 +14,7 @@
  */
 import { createGenericHandler } from "../handlers/generic.ts";
 import type { Logger } from "../log/logger.ts";
-import type { Policy } from "../policy/types.ts";
+import type { Policy, WatchDir } from "../policy/types.ts";
 import type { HandlerFactories } from "./handlers.ts";
 import { HandlerSet } from "./handlers.ts";
 import type { Clock } from "./operations.ts";
@@ -25,7 +25,6 @@ import { registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./reg
 import type { DesiredChange, DesiredSocket, RegisteredPlugin } from "./state.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
 import type { PluginChange, PluginRecord } from "./types.ts";
-import type { WatchDir } from "../policy/types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 /** The handlers of this build: only `generic`; built-ins join as their issues land. */
