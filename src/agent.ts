@@ -1,37 +1,71 @@
 /**
- * The daemon: the plugin manager, the local API socket and the event stream,
- * started in the order that keeps a failed start harmless (the API socket is
- * claimed before any plugin is dialled) and stopped together within SPEC's
- * 2 s.
+ * The daemon: the plugin manager, the local API socket, the event stream,
+ * metrics and health, started in the order that keeps a failed start
+ * harmless (the API socket is claimed before any plugin is dialled) and
+ * stopped together within SPEC's 2 s. A new policy is applied live by
+ * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
  */
-import type { Logger } from "./log/logger.ts";
-import type { Policy } from "./policy/types.ts";
 import { create } from "@bufbuild/protobuf";
 import type { StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
 import { PluginEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { EventStream } from "./api/event-stream.ts";
+import { createHealth, type Health } from "./api/health.ts";
+import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
-import { PluginManager } from "./pluginmanager/manager.ts";
+import type { Logger } from "./log/logger.ts";
+import type { Policy } from "./policy/types.ts";
+import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 
 export interface AgentOptions {
   policy: Policy;
   log: Logger;
+  /** Test hook: while it returns true, the reconciler's heartbeats are dropped as if it had stalled. */
+  isStalled?: (source: string) => boolean;
+  /** Test hook: awaited after the API and metrics serve and before discovery starts. */
+  beforeDiscovery?: () => Promise<void>;
 }
+
+/** Readiness gates (SPEC.md section 4, /readyz). */
+const GATE_INITIAL_WALK = "initial-walk";
+const GATE_API_SERVING = "api-serving";
+
+/** Settings that are bound at start; a reload that changes them is logged as needing a restart. */
+const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
+  ["api.socket", (policy) => policy.api.socket],
+  ["api.socketGroup", (policy) => policy.api.socketGroup],
+  ["api.metrics", (policy) => policy.api.metrics],
+  ["checkpoint.path", (policy) => policy.checkpoint.path],
+  ["devicePlugins.registrationSocket", (policy) => policy.devicePlugins.registrationSocket],
+];
 
 export class EdgeplugAgent {
   readonly manager: PluginManager;
   readonly events: EventStream;
-  readonly #policy: Policy;
+  readonly health: Health;
+  readonly metrics: AgentMetrics | null;
+  /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
+  #policy: Policy;
   readonly #log: Logger;
+  readonly #beforeDiscovery: (() => Promise<void>) | undefined;
   #api: ApiSocketServer | null = null;
+  #metricsEndpoint: MetricsEndpoint | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
-    this.#policy = options.policy;
-    this.#log = options.log;
-    this.manager = new PluginManager({ policy: options.policy, log: options.log });
+    const { policy, log } = options;
+    this.#policy = policy;
+    this.#log = log;
+    this.#beforeDiscovery = options.beforeDiscovery;
+    this.health = createHealth({
+      resyncMs: policy.reconcile.resyncMs,
+      heartbeats: ["reconciler"],
+      gates: policy.api.socket === null ? [GATE_INITIAL_WALK] : [GATE_INITIAL_WALK, GATE_API_SERVING],
+      isStalled: options.isStalled,
+    });
+    this.metrics = policy.api.metrics === null ? null : createMetrics({ plugins: () => this.manager.plugins() });
+    this.manager = new PluginManager({ policy, log, observer: this.#observer() });
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
       this.events.publish({
@@ -42,44 +76,125 @@ export class EdgeplugAgent {
   }
 
   /**
-   * Serves the API, then starts discovery. Rejects (having released whatever
-   * it had taken) when the API socket is held by a live process or a watch
-   * directory cannot be created.
+   * Serves the API and metrics, then starts discovery. Rejects (having
+   * released whatever it had taken) when the API socket is held by a live
+   * process, the metrics address cannot be bound, or a watch directory
+   * cannot be created.
    */
   async start(): Promise<void> {
     const { api } = this.#policy;
-    if (api.socket !== null) {
-      this.#api = await serveApiSocket({
-        socketPath: api.socket,
-        group: api.socketGroup,
-        routes: agentRoutes({ status: () => this.status(), events: this.events }),
-        log: this.#log,
-      });
-    }
     try {
+      if (api.socket !== null) {
+        this.#api = await serveApiSocket({
+          socketPath: api.socket,
+          group: api.socketGroup,
+          routes: agentRoutes({ status: () => this.status(), events: this.events }),
+          log: this.#log,
+        });
+        this.health.markDone(GATE_API_SERVING);
+      }
+      if (api.metrics !== null && this.metrics) {
+        this.#metricsEndpoint = await serveMetricsEndpoint({
+          address: api.metrics,
+          metrics: this.metrics,
+          health: this.health,
+          log: this.#log,
+        });
+      }
+      await this.#beforeDiscovery?.();
       await this.manager.start();
     } catch (error) {
       await this.stop();
       throw error;
     }
+    this.health.markDone(GATE_INITIAL_WALK);
     this.#log.info("edgeplug running", {
       node: this.#policy.nodeName,
       policy: this.#policy.source,
       api: api.socket,
+      metrics: this.#metricsEndpoint?.url ?? null,
       watch: this.#policy.watch.map((dir) => dir.path),
     });
+  }
+
+  /** Where /metrics, /healthz and /readyz are served (the bound port), or null. */
+  get metricsUrl(): string | null {
+    return this.#metricsEndpoint?.url ?? null;
   }
 
   status(): StatusResponse {
     return buildStatus({ node: this.#policy.nodeName, plugins: this.manager.plugins() });
   }
 
-  /** Ends event streams, closes the API socket (removing it) and stops the plugin manager. */
+  /**
+   * Applies a validated policy: watch dirs, handlers, security, reconcile and
+   * log settings at once; settings bound at start keep their old value and
+   * are logged as needing a restart.
+   */
+  applyPolicy(next: Policy): void {
+    const previous = this.#policy;
+    const needRestart = RESTART_SETTINGS.filter(([, read]) => read(previous) !== read(next));
+    for (const [key, read] of needRestart) {
+      this.#log.warn("policy change needs a restart to take effect", {
+        key,
+        running: read(previous),
+        requested: read(next),
+      });
+    }
+    const effective: Policy = {
+      ...next,
+      api: previous.api,
+      checkpoint: previous.checkpoint,
+      devicePlugins: { ...next.devicePlugins, registrationSocket: previous.devicePlugins.registrationSocket },
+    };
+    this.#log.configure(effective.log);
+    this.health.setResyncPeriod(effective.reconcile.resyncMs);
+    this.manager.applyPolicy(effective);
+    this.#policy = effective;
+    this.#log.info("policy reloaded", { policy: next.source, restartNeeded: needRestart.map(([key]) => key) });
+  }
+
+  /** Ends event streams, closes the API socket (removing it) and metrics, and stops the plugin manager. */
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.events.close();
-      await Promise.all([this.#api?.close(), this.manager.stop()]);
+      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.manager.stop()]);
+      this.metrics?.close();
     })();
     return this.#stopped;
   }
+
+  #observer(): PluginManagerObserver {
+    return {
+      heartbeat: (source) => this.health.heartbeat(source),
+      attemptEnded: (attempt) => {
+        const result = attempt.state === "registered" ? "success" : "failure";
+        this.metrics?.observeRegistration(attempt.type, result, attempt.durationMs / 1000, failureReason(attempt));
+      },
+    };
+  }
+}
+
+/**
+ * A short, bounded label for why an attempt failed, from the error texts of
+ * src/pluginmanager/registration.ts (the metric must not carry free text).
+ */
+const FAILURE_REASONS: ReadonlyArray<[RegExp, string]> = [
+  [/stale socket|connection refused/, "stale"],
+  [/no handler registered/, "no_handler"],
+  [/not available in this build/, "handler_unavailable"],
+  [/socketOwners/, "socket_owner"],
+  [/maxPlugins/, "max_plugins"],
+  [/not accepted from watch directory|not allowed by handler|denied by handler|is accepted by handler/, "policy"],
+  [/GetInfo/, "get_info"],
+  [/validation failed/, "validation"],
+  [/registration failed/, "register"],
+  [/registration status/, "notify"],
+];
+
+function failureReason(attempt: { state: string; error: string | null }): string | undefined {
+  if (attempt.state === "registered") return undefined;
+  if (attempt.state === "stale") return "stale";
+  const error = attempt.error ?? "";
+  return FAILURE_REASONS.find(([pattern]) => pattern.test(error))?.[1] ?? "other";
 }

@@ -84,6 +84,8 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       connect: true,
       grpcWeb: false,
       shutdownSignal: shutdown.signal,
+      // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
+      jsonOptions: { alwaysEmitImplicit: true },
     }),
   );
   const calls = trackCalls(handler);

@@ -4,12 +4,14 @@
  * wait for every socket and the expectations (or the timeout), report, exit.
  */
 import { once } from "node:events";
+import process from "node:process";
 import { EdgeplugAgent } from "../agent.ts";
 import { buildReport, reportToText, type Expectations } from "../api/report.ts";
 import { buildStatus } from "../api/status.ts";
 import { SocketInUseError } from "../api/socket-guard.ts";
 import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
+import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
@@ -75,11 +77,11 @@ export const runCommand: Command = {
     const policy = await resolvePolicy(values.config);
     io.log.configure(policy.log);
     if (once) return reconcileOnce(policy, io, { timeoutMs, expectations, output });
-    return runDaemon(policy, io);
+    return runDaemon(policy, values.config, io);
   },
 };
 
-async function runDaemon(policy: Policy, io: CommandIO): Promise<number> {
+async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {
   const agent = new EdgeplugAgent({ policy, log: io.log });
   try {
     await agent.start();
@@ -87,10 +89,34 @@ async function runDaemon(policy: Policy, io: CommandIO): Promise<number> {
     io.stderr(`edgeplug: cannot start: ${startFailure(error)}\n`);
     return EXIT_FAILURE;
   }
-  if (!io.signal.aborted) await once(io.signal, "abort");
+  // SIGHUP re-reads the policy; reloads run one at a time, in arrival order.
+  let reloads = Promise.resolve();
+  const onHangup = () => {
+    reloads = reloads.then(() => reloadPolicy(agent, configPath, io.log));
+  };
+  process.on("SIGHUP", onHangup);
+  try {
+    if (!io.signal.aborted) await once(io.signal, "abort");
+  } finally {
+    process.off("SIGHUP", onHangup);
+  }
   io.log.info("stopping", { reason: String(io.signal.reason?.message ?? io.signal.reason) });
+  await reloads;
   await agent.stop();
   return EXIT_OK;
+}
+
+/** Applies the policy file again; an invalid one is refused with its errors and the running policy stays. */
+async function reloadPolicy(agent: EdgeplugAgent, configPath: string | undefined, log: Logger): Promise<void> {
+  let next: Policy;
+  try {
+    next = await resolvePolicy(configPath);
+  } catch (error) {
+    const errors = error instanceof PolicyError ? error.issues.map(formatPolicyIssue) : [String(error)];
+    log.error("policy reload refused; the running policy stays in force", { errors });
+    return;
+  }
+  agent.applyPolicy(next);
 }
 
 async function reconcileOnce(

@@ -1,0 +1,135 @@
+/**
+ * End-to-end on the built executable, for the people who operate it:
+ * SIGHUP reload, `status --watch`, and curl on the API socket.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+import { promisify } from "node:util";
+import { shortTempDir, startEdgeplug, writePolicy } from "./support/agent-process.ts";
+import { startFakePlugin } from "./support/fake-plugin.ts";
+
+const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
+const gauge = { type: "acme.io/Gauge", name: "acme.io/pressure", versions: ["v1"] };
+
+test("SIGHUP applies a new policy, and refuses an invalid one keeping the old", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+
+  const waiting = await startFakePlugin({ socketPath: path.join(policy.registry, "gauge.sock"), info: gauge });
+  t.after(() => waiting.stop());
+  assert.match((await waiting.waitForNotify()).error, /no handler registered for plugin type: acme\.io\/Gauge/);
+
+  // An invalid policy: refused with its located errors, nothing changes.
+  const original = fs.readFileSync(policy.path, "utf8");
+  fs.writeFileSync(policy.path, original.replace("reconcile:\n", "reconcile:\n  resync: soon\n"));
+  agent.child.kill("SIGHUP");
+  const refused = await agent.waitForLog("policy reload refused; the running policy stays in force");
+  assert.match(String(refused.errors), /policy\.yaml:\d+:\d+: reconcile\.resync: expected a duration like "30s", got "soon"/);
+
+  // A valid one that declares the type: the waiting plugin registers at once.
+  fs.writeFileSync(policy.path, original.replace("handlers:\n", "handlers:\n  acme.io/Gauge:\n    kind: generic\n"));
+  agent.child.kill("SIGHUP");
+  const accepted = await waiting.waitForNotify((n) => n.registered, 10_000);
+  assert.equal(accepted.error, "");
+  await agent.waitForLog("policy reloaded");
+
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0, agent.stderr());
+});
+
+test("status --watch prints the snapshot, then each event as it comes", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+
+  const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", "json"]);
+  t.after(() => watcher.child.kill("SIGKILL"));
+  const lines = eventLines(watcher.child.stdout!);
+  const snapshot = await lines.next();
+  assert.equal(snapshot.kind, "snapshot");
+  assert.deepEqual(snapshot.snapshot.plugins, []);
+
+  const plugin = await startFakePlugin({ socketPath: path.join(policy.registry, "w.sock"), info: sensor });
+  const pending = await lines.next();
+  const registered = await lines.next();
+  assert.deepEqual([pending.plugin.state, registered.plugin.state], ["pending", "registered"]);
+  assert.equal(registered.plugin.name, sensor.name);
+  await plugin.stop();
+  const removed = await lines.next();
+  assert.deepEqual([removed.kind, removed.removed, removed.plugin.socket], ["plugin", true, plugin.socketPath]);
+  assert.deepEqual([pending.sequence, registered.sequence, removed.sequence], [1, 2, 3]);
+
+  watcher.child.kill("SIGINT");
+  assert.equal((await watcher.exited).code, 0);
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+test("curl reads the agent's status as JSON from the API socket", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+  const plugin = await startFakePlugin({ socketPath: path.join(policy.registry, "c.sock"), info: sensor });
+  t.after(() => plugin.stop());
+  await plugin.waitForNotify();
+
+  const { stdout } = await promisify(execFile)("curl", [
+    "--silent", "--fail-with-body", "--unix-socket", policy.apiSocket,
+    "-H", "content-type: application/json", "-d", "{}",
+    "http://localhost/edgeplug.v1.Agent/Status",
+  ]);
+  const status = JSON.parse(stdout);
+  assert.equal(status.node, "e2e-node");
+  assert.equal(status.ok, true);
+  assert.deepEqual(
+    status.plugins.map((p: Record<string, unknown>) => [p.socket, p.type, p.name, p.state]),
+    [[plugin.socketPath, sensor.type, sensor.name, "registered"]],
+  );
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+/** Reads JSON lines from a stream, one object per call. */
+function eventLines(stream: NodeJS.ReadableStream) {
+  const queued: Array<Record<string, any>> = [];
+  const waiting: Array<(line: Record<string, any>) => void> = [];
+  let buffered = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (chunk: string) => {
+    const parts = (buffered + chunk).split("\n");
+    buffered = parts.pop()!;
+    for (const part of parts) {
+      if (part.trim() === "") continue;
+      const line = JSON.parse(part);
+      const wake = waiting.shift();
+      if (wake) wake(line);
+      else queued.push(line);
+    }
+  });
+  return {
+    next: (): Promise<Record<string, any>> => {
+      const line = queued.shift();
+      if (line) return Promise.resolve(line);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error("no event line within 10 s")), 10_000);
+        waiting.push((value) => {
+          clearTimeout(timer);
+          resolve(value);
+        });
+      });
+    },
+  };
+}
