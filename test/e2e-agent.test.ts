@@ -18,7 +18,7 @@ import {
   startEdgeplug,
   writePolicy,
 } from "./support/agent-process.ts";
-import { startFakePlugin } from "./support/fake-plugin.ts";
+import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 
@@ -220,4 +220,77 @@ test("--reconcile-once exits 2 on a bad policy and changes nothing on disk", asy
   assert.equal(result.code, 2);
   assert.match(result.stderr, /bad\.yaml:5:11: reconcile\.resync: expected a duration like "30s", got "fast"/);
   assert.equal(fs.existsSync(path.join(dir, "registry")), false, "the watch dir was not created");
+});
+
+test("status shows null type, name and endpoint and [] versions until GetInfo answers, and a readable table", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir, { reconcile: "  timeouts: { getInfo: 30s }" });
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const silent = await startFakePlugin({ socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
+  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  t.after(() => Promise.all([silent.stop(), good.stop()]));
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await good.waitForNotify();
+  await silent.waitForGetInfo();
+
+  const json = await runEdgeplug(["status", "--config", policy.path, "--output", "json"]);
+  assert.equal(json.code, 0, json.stderr);
+  const shown = JSON.parse(json.stdout);
+  assert.equal(shown.ok, false);
+  const pending = shown.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
+  assert.deepEqual(
+    [pending.type, pending.name, pending.endpoint, pending.versions, pending.state, pending.registeredAt, pending.error],
+    [null, null, null, [], "pending", null, null],
+  );
+
+  const text = await runEdgeplug(["status", "--config", policy.path]);
+  assert.equal(text.code, 0, text.stderr);
+  const lines = text.stdout.split("\n");
+  assert.equal(lines[0], "node e2e-node: NOT OK");
+  assert.match(lines[2]!, /^STATE\s+TYPE\s+NAME\s+AGE\s+ATTEMPTS\s+SOCKET\s+ERROR$/);
+  assert.match(text.stdout, new RegExp(`\\nregistered\\s+acme\\.io/Sensor\\s+acme\\.io/thermo\\s+\\d+s\\s+1\\s+${good.socketPath}\\n`));
+  assert.match(text.stdout, new RegExp(`\\npending\\s+-\\s+-\\s+\\d+s\\s+1\\s+${silent.socketPath}\\n`));
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+test("probe names the plugin and its handler, says when none would take it, and fails on a stale socket", async (t) => {
+  const { dir, cleanup } = shortTempDir();
+  t.after(cleanup);
+  const policy = writePolicy(dir);
+  fs.mkdirSync(policy.registry, { recursive: true });
+  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  const stranger = await startFakePlugin({
+    socketPath: path.join(policy.registry, "stranger.sock"),
+    info: { type: "other.io/Thing", name: "other.io/thing" },
+  });
+  t.after(() => Promise.all([good.stop(), stranger.stop()]));
+  const stale = path.join(policy.registry, "dead.sock");
+  await leaveStaleSocket(stale);
+
+  const accepted = await runEdgeplug(["probe", good.socketPath, "--config", policy.path, "--output", "json"]);
+  assert.equal(accepted.code, 0, accepted.stderr);
+  assert.deepEqual(JSON.parse(accepted.stdout), {
+    socket: good.socketPath,
+    answered: true,
+    info: { type: sensor.type, name: sensor.name, endpoint: good.socketPath, versions: ["v1"] },
+    failure: null,
+    error: null,
+    handler: "acme.io/Sensor",
+    accepted: true,
+    refusal: null,
+  });
+  assert.deepEqual(good.notifications(), [], "probe sends no NotifyRegistrationStatus");
+
+  const refused = await runEdgeplug(["probe", stranger.socketPath, "--config", policy.path]);
+  assert.equal(refused.code, 0, "the plugin answered");
+  assert.match(refused.stdout, /^handler:\s+none$/m);
+  assert.match(refused.stdout, /would be refused: RegisterPlugin error -- no handler registered for plugin type: other\.io\/Thing/);
+
+  const dead = await runEdgeplug(["probe", stale, "--config", policy.path]);
+  assert.equal(dead.code, 1);
+  assert.match(dead.stdout, /answered:\s+no \(stale\)/);
+  assert.match(dead.stdout, /connection refused/);
 });
