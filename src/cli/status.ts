@@ -14,6 +14,7 @@ import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
+import { COMMON_OPTIONS_HELP } from "./help.ts";
 
 const usage = `Usage: edgeplug status [--config PATH | --api SOCKET] [--output text|json] [--watch]
 
@@ -24,8 +25,7 @@ Options:
   --api SOCKET         the agent's API socket (overrides --config)
   --output text|json   a table for people (default) or SPEC JSON for scripts
   --watch              after the status, print each event as it comes (JSON: one object per line)
-  --log-level LEVEL    debug, info, warn or error
-  -h, --help           this help
+${COMMON_OPTIONS_HELP}
 
 Exit codes: 0 answered, 1 agent unreachable, 2 bad usage.
 `;
