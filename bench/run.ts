@@ -19,6 +19,7 @@ interface Benchmark {
 const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   startup: () => import("./startup.ts"),
   registration: () => import("./registration.ts"),
+  unary: () => import("./unary.ts"),
 };
 
 async function main(): Promise<number> {
