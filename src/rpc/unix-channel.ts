@@ -1,5 +1,7 @@
 /**
- * A Connect gRPC client channel to one unix socket. The channel opens its
+ * A Connect gRPC client channel to one unix socket: unary calls go straight
+ * over the channel's HTTP/2 connection (grpc-unary.ts), streams through
+ * Connect's gRPC transport on the same connection. The channel opens its
  * HTTP/2 connection on first use, re-dials on the next call after the peer went
  * away (a plugin restarted on the same path), and closes everything on
  * {@link UnixChannel.close}: short-lived callers (registration attempts,
@@ -21,6 +23,7 @@ import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createGrpcUnary } from "./grpc-unary.ts";
 import { transportError } from "./rpc-error.ts";
 
 export interface DialOptions {
@@ -183,12 +186,22 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     },
   };
 
-  const transport = createGrpcTransport({
-    baseUrl: BASE_URL,
-    sessionManager,
-    readMaxBytes: options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES,
-    defaultTimeoutMs: options.defaultTimeoutMs,
-  });
+  const readMaxBytes = options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES;
+  // Made on the first stream: most channels (registration, probes) never open one.
+  let streaming: Transport | undefined;
+  const streamingTransport = () =>
+    (streaming ??= createGrpcTransport({ baseUrl: BASE_URL, sessionManager, readMaxBytes, defaultTimeoutMs: options.defaultTimeoutMs }));
+  // Unary calls take the lean path (grpc-unary.ts) on the same connection; streams
+  // (ListAndWatch, WatchEvents) stay with Connect's client.
+  const transport: Transport = {
+    unary: createGrpcUnary({
+      peer: socketPath,
+      readMaxBytes,
+      defaultTimeoutMs: options.defaultTimeoutMs,
+      openStream: (headers) => openStream(headers, {}),
+    }),
+    stream: (...args) => streamingTransport().stream(...args),
+  };
 
   const close = () => {
     if (isClosed) return;
