@@ -15,9 +15,9 @@ import { Agent, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
-import { shortTempDir } from "./support/agent-process.ts";
-import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
+import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 
@@ -34,8 +34,7 @@ async function startAgent(
   t: test.TestContext,
   options: { policy?: (policy: Policy) => Policy; isStalled?: (source: string) => boolean; beforeDiscovery?: () => Promise<void>; start?: boolean } = {},
 ): Promise<Harness> {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
+  const dir = tempDir(t);
   const registry = path.join(dir, "registry");
   const base = testPolicy({ watch: [registry] });
   const policy = (options.policy ?? ((p) => p))({
@@ -74,8 +73,7 @@ const pluginEvent = (event: Event) => {
 
 test("WatchEvents sends a snapshot, then register, deregister and stale events in order", async (t) => {
   const { agent, registry, policy } = await startAgent(t);
-  const first = await startFakePlugin({ socketPath: path.join(registry, "early.sock"), info: sensor });
-  t.after(() => first.stop());
+  const first = await startTestPlugin(t, { socketPath: path.join(registry, "early.sock"), info: sensor });
   await first.waitForNotify();
 
   const next = watchEvents(t, policy.api.socket!);
@@ -102,8 +100,7 @@ test("WatchEvents sends a snapshot, then register, deregister and stale events i
 
 test("the API socket answers gRPC and curl's JSON over HTTP/1.1 with the same status", async (t) => {
   const { registry, policy } = await startAgent(t);
-  const plugin = await startFakePlugin({ socketPath: path.join(registry, "p.sock"), info: sensor });
-  t.after(() => plugin.stop());
+  const plugin = await startTestPlugin(t, { socketPath: path.join(registry, "p.sock"), info: sensor });
   await plugin.waitForNotify();
 
   const channel = dialUnix(policy.api.socket!);
@@ -130,13 +127,12 @@ test("the API socket answers gRPC and curl's JSON over HTTP/1.1 with the same st
 test("/metrics counts registrations and reports the kubelet's plugin gauge", async (t) => {
   const { agent, registry } = await startAgent(t);
   const plugins = await Promise.all(
-    ["a", "b"].map((name) => startFakePlugin({ socketPath: path.join(registry, `${name}.sock`), info: sensor })),
+    ["a", "b"].map((name) => startTestPlugin(t, { socketPath: path.join(registry, `${name}.sock`), info: sensor })),
   );
-  const refused = await startFakePlugin({
+  const refused = await startTestPlugin(t, {
     socketPath: path.join(registry, "x.sock"),
     info: { type: "other.io/Thing", name: "other.io/x" },
   });
-  t.after(() => Promise.all([...plugins, refused].map((p) => p.stop())));
   await Promise.all([...plugins, refused].map((p) => p.waitForNotify()));
 
   const text = await (await fetch(`${agent.metricsUrl}/metrics`)).text();
@@ -204,8 +200,7 @@ test("a reload that declares a handler registers the plugin that was waiting for
   const { agent, registry, policy } = await startAgent(t, {
     policy: (p) => ({ ...p, handlers: new Map() }),
   });
-  const waiting = await startFakePlugin({ socketPath: path.join(registry, "w.sock"), info: sensor });
-  t.after(() => waiting.stop());
+  const waiting = await startTestPlugin(t, { socketPath: path.join(registry, "w.sock"), info: sensor });
   const refusal = await waiting.waitForNotify();
   assert.match(refusal.error, /no handler registered for plugin type: acme\.io\/Sensor/);
   agent.applyPolicy({ ...policy, handlers: testPolicy({ watch: [registry] }).handlers });

@@ -10,25 +10,16 @@ import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
-import {
-  openDescriptors,
-  waitForPath,
-  runEdgeplug,
-  shortTempDir,
-  startEdgeplug,
-  writePolicy,
-} from "./support/agent-process.ts";
-import { leaveStaleSocket, startFakePlugin } from "./support/fake-plugin.ts";
+import { openDescriptors, policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug, waitForPath, writePolicy } from "./support/agent-process.ts";
+import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
+/** A plugin of a type no handler in writePolicy's default policy takes. */
+const thing = { type: "other.io/Thing", name: "other.io/thing" };
 
 test("daemon registers a plugin, shows it in status, deregisters it, and stops cleanly", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
-  await agent.waitForLog("edgeplug running");
+  const { policy, agent } = await startDaemon(t);
   const pid = agent.child.pid!;
 
   const channel = dialUnix(policy.apiSocket);
@@ -69,8 +60,7 @@ test("daemon registers a plugin, shows it in status, deregisters it, and stops c
   watch.abort();
   channel.close();
 
-  const survivor = await startFakePlugin({ socketPath: path.join(policy.registry, "survivor.sock"), info: sensor });
-  t.after(() => survivor.stop());
+  const survivor = await startTestPlugin(t, { socketPath: path.join(policy.registry, "survivor.sock"), info: sensor });
   await survivor.waitForNotify();
   const stoppedAt = performance.now();
   agent.child.kill("SIGTERM");
@@ -82,12 +72,7 @@ test("daemon registers a plugin, shows it in status, deregisters it, and stops c
 });
 
 test("a second daemon on the same API socket exits 1 naming the holder", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  const first = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => first.child.kill("SIGKILL"));
-  await first.waitForLog("edgeplug running");
+  const { policy, agent: first } = await startDaemon(t);
 
   const second = await runEdgeplug(["run", "--config", policy.path]);
   assert.equal(second.code, 1);
@@ -98,22 +83,17 @@ test("a second daemon on the same API socket exits 1 naming the holder", async (
 });
 
 test("status exits 1 when no agent is running", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
+  const dir = tempDir(t);
   const result = await runEdgeplug(["status", "--api", path.join(dir, "nothing.sock")]);
   assert.equal(result.code, 1);
   assert.match(result.stderr, /unreachable: no socket there/);
 });
 
 test("--reconcile-once exits 0 when every plugin registers, with the JSON report", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  fs.mkdirSync(policy.registry, { recursive: true });
+  const policy = policyWithRegistry(t);
   const plugins = await Promise.all(
-    [0, 1].map((i) => startFakePlugin({ socketPath: path.join(policy.registry, `s${i}.sock`), info: sensor })),
+    [0, 1].map((i) => startTestPlugin(t, { socketPath: path.join(policy.registry, `s${i}.sock`), info: sensor })),
   );
-  t.after(() => Promise.all(plugins.map((p) => p.stop())));
 
   const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--output", "json"]);
   assert.equal(result.code, 0, result.stderr);
@@ -135,16 +115,9 @@ test("--reconcile-once exits 0 when every plugin registers, with the JSON report
 });
 
 test("--reconcile-once exits 1 with a plugin no handler takes, saying why", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  fs.mkdirSync(policy.registry, { recursive: true });
-  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
-  const stranger = await startFakePlugin({
-    socketPath: path.join(policy.registry, "stranger.sock"),
-    info: { type: "other.io/Thing", name: "other.io/thing" },
-  });
-  t.after(() => Promise.all([good.stop(), stranger.stop()]));
+  const policy = policyWithRegistry(t);
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  const stranger = await startTestPlugin(t, { socketPath: path.join(policy.registry, "stranger.sock"), info: thing });
 
   const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1s", "--output", "json"]);
   assert.equal(result.code, 1, result.stderr);
@@ -159,12 +132,8 @@ test("--reconcile-once exits 1 with a plugin no handler takes, saying why", asyn
 });
 
 test("--reconcile-once honours --timeout when a plugin hangs in GetInfo", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir, { reconcile: "  timeouts: { getInfo: 300ms }\n  backoff: { initial: 50ms, max: 100ms }" });
-  fs.mkdirSync(policy.registry, { recursive: true });
-  const hanging = await startFakePlugin({ socketPath: path.join(policy.registry, "hang.sock"), info: sensor, hangGetInfo: true });
-  t.after(() => hanging.stop());
+  const policy = policyWithRegistry(t, { reconcile: "  timeouts: { getInfo: 300ms }\n  backoff: { initial: 50ms, max: 100ms }" });
+  await startTestPlugin(t, { socketPath: path.join(policy.registry, "hang.sock"), info: sensor, hangGetInfo: true });
 
   const started = performance.now();
   const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1500ms", "--output", "json"]);
@@ -178,15 +147,12 @@ test("--reconcile-once honours --timeout when a plugin hangs in GetInfo", async 
 });
 
 test("--reconcile-once --expect waits for a socket that appears late", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
+  const policy = writePolicy(tempDir(t));
   const agent = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--expect", "1", "--timeout", "20s", "--output", "json"]);
   t.after(() => agent.child.kill("SIGKILL"));
   // The agent creates the watch dir at start; the plugin arrives after that.
   await waitForPath(policy.registry);
-  const late = await startFakePlugin({ socketPath: path.join(policy.registry, "late.sock"), info: sensor });
-  t.after(() => late.stop());
+  const late = await startTestPlugin(t, { socketPath: path.join(policy.registry, "late.sock"), info: sensor });
   const { code } = await agent.exited;
   assert.equal(code, 0, agent.stderr());
   const report = JSON.parse(agent.stdout());
@@ -196,12 +162,8 @@ test("--reconcile-once --expect waits for a socket that appears late", async (t)
 });
 
 test("--reconcile-once --require fails naming the missing plugin", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  fs.mkdirSync(policy.registry, { recursive: true });
-  const present = await startFakePlugin({ socketPath: path.join(policy.registry, "p.sock"), info: sensor });
-  t.after(() => present.stop());
+  const policy = policyWithRegistry(t);
+  await startTestPlugin(t, { socketPath: path.join(policy.registry, "p.sock"), info: sensor });
   const result = await runEdgeplug([
     "run", "--config", policy.path, "--reconcile-once", "--timeout", "500ms",
     "--require", sensor.name, "--require", "acme.io/missing",
@@ -212,8 +174,7 @@ test("--reconcile-once --require fails naming the missing plugin", async (t) => 
 });
 
 test("--reconcile-once exits 2 on a bad policy and changes nothing on disk", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
+  const dir = tempDir(t);
   const file = path.join(dir, "bad.yaml");
   fs.writeFileSync(file, `version: 1\nwatch:\n  - path: ${dir}/registry\nreconcile:\n  resync: fast\n`);
   const result = await runEdgeplug(["run", "--config", file, "--reconcile-once"]);
@@ -223,13 +184,9 @@ test("--reconcile-once exits 2 on a bad policy and changes nothing on disk", asy
 });
 
 test("status shows null type, name and endpoint and [] versions until GetInfo answers, and a readable table", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir, { reconcile: "  timeouts: { getInfo: 30s }" });
-  fs.mkdirSync(policy.registry, { recursive: true });
-  const silent = await startFakePlugin({ socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
-  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
-  t.after(() => Promise.all([silent.stop(), good.stop()]));
+  const policy = policyWithRegistry(t, { reconcile: "  timeouts: { getInfo: 30s }" });
+  const silent = await startTestPlugin(t, { socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
   const agent = startEdgeplug(["run", "--config", policy.path]);
   t.after(() => agent.child.kill("SIGKILL"));
   await good.waitForNotify();
@@ -257,16 +214,9 @@ test("status shows null type, name and endpoint and [] versions until GetInfo an
 });
 
 test("probe names the plugin and its handler, says when none would take it, and fails on a stale socket", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  fs.mkdirSync(policy.registry, { recursive: true });
-  const good = await startFakePlugin({ socketPath: path.join(policy.registry, "good.sock"), info: sensor });
-  const stranger = await startFakePlugin({
-    socketPath: path.join(policy.registry, "stranger.sock"),
-    info: { type: "other.io/Thing", name: "other.io/thing" },
-  });
-  t.after(() => Promise.all([good.stop(), stranger.stop()]));
+  const policy = policyWithRegistry(t);
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  const stranger = await startTestPlugin(t, { socketPath: path.join(policy.registry, "stranger.sock"), info: thing });
   const stale = path.join(policy.registry, "dead.sock");
   await leaveStaleSocket(stale);
 

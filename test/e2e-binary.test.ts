@@ -9,10 +9,10 @@ import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import fs from "node:fs";
 import { once } from "node:events";
-import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import packageJson from "../package.json" with { type: "json" };
+import { tempDir } from "./support/temp-dir.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const binary = path.join(repoRoot, "dist", "edgeplug");
@@ -34,10 +34,22 @@ function runBinary(args: string[], cwd: string): Promise<Outcome> {
   });
 }
 
-function emptyDir(t: { after: (fn: () => void) => void }): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ep-bin-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
+/** Writes dir/policy.yaml as a user would: watch dir/registry, defaults elsewhere; `apiSocket` null for none. */
+function writeBarePolicy(dir: string, apiSocket: string | null): string {
+  const policy = path.join(dir, "policy.yaml");
+  fs.writeFileSync(
+    policy,
+    [
+      "version: 1",
+      "watch:",
+      `  - path: ${dir}/registry`,
+      "devicePlugins: { registrationSocket: null }",
+      `checkpoint: { path: ${dir}/state/checkpoint }`,
+      `api: { socket: ${apiSocket ?? "null"}, metrics: null }`,
+      "",
+    ].join("\n"),
+  );
+  return policy;
 }
 
 test("dist/edgeplug exists (npm run build) and is an ELF executable", () => {
@@ -54,7 +66,7 @@ test("dist/edgeplug exists (npm run build) and is an ELF executable", () => {
 });
 
 test("env -i dist/edgeplug version from an empty directory prints SPEC's line naming Node 24", async (t) => {
-  const result = await runBinary(["version"], emptyDir(t));
+  const result = await runBinary(["version"], tempDir(t));
   assert.equal(result.code, 0, result.stderr);
   const version = packageJson.version.replaceAll(".", "\\.");
   assert.match(result.stdout, new RegExp(`^edgeplug ${version} node v24\\.\\d+\\.\\d+ ${process.platform}-${process.arch} [0-9a-f]{4,40}\\n$`));
@@ -62,7 +74,7 @@ test("env -i dist/edgeplug version from an empty directory prints SPEC's line na
 });
 
 test("version --verbose shows node:sea's isSea() is true inside the executable", async (t) => {
-  const result = await runBinary(["version", "--verbose"], emptyDir(t));
+  const result = await runBinary(["version", "--verbose"], tempDir(t));
   assert.equal(result.code, 0, result.stderr);
   const lines = result.stdout.trimEnd().split("\n");
   assert.ok(lines.includes("sea: true"), result.stdout);
@@ -70,7 +82,7 @@ test("version --verbose shows node:sea's isSea() is true inside the executable",
 });
 
 test("the executable validates every policy in config/", { concurrency: true }, async (t) => {
-  const cwd = emptyDir(t);
+  const cwd = tempDir(t);
   const files = fs.readdirSync(configDir).filter((name) => name.endsWith(".yaml"));
   assert.ok(files.includes("dev.yaml"));
   await Promise.all(
@@ -85,7 +97,7 @@ test("the executable validates every policy in config/", { concurrency: true }, 
 });
 
 test("the executable rejects a bad policy with exit 2 and a located error", async (t) => {
-  const dir = emptyDir(t);
+  const dir = tempDir(t);
   const file = path.join(dir, "bad.yaml");
   fs.writeFileSync(file, "version: 1\nwatch:\n  - path: /var/lib/kubelet/plugins_registry\nreconcile:\n  resync: fast\n");
   const result = await runBinary(["validate", "--config", file], dir);
@@ -95,7 +107,7 @@ test("the executable rejects a bad policy with exit 2 and a located error", asyn
 });
 
 test("the executable answers --help and bad usage like the source", async (t) => {
-  const cwd = emptyDir(t);
+  const cwd = tempDir(t);
   const [help, unknown] = await Promise.all([runBinary(["--help"], cwd), runBinary(["frobnicate"], cwd)]);
   assert.equal(help.code, 0, help.stderr);
   assert.match(help.stdout, /^Usage: edgeplug /);
@@ -104,20 +116,8 @@ test("the executable answers --help and bad usage like the source", async (t) =>
 });
 
 test("the executable runs one reconcile pass over an empty registration directory", async (t) => {
-  const dir = emptyDir(t);
-  const policy = path.join(dir, "policy.yaml");
-  fs.writeFileSync(
-    policy,
-    [
-      "version: 1",
-      "watch:",
-      `  - path: ${dir}/registry`,
-      "devicePlugins: { registrationSocket: null }",
-      `checkpoint: { path: ${dir}/state/checkpoint }`,
-      "api: { socket: null, metrics: null }",
-      "",
-    ].join("\n"),
-  );
+  const dir = tempDir(t);
+  const policy = writeBarePolicy(dir, null);
   const result = await runBinary(["run", "--config", policy, "--reconcile-once", "--timeout", "2s", "--output", "json"], dir);
   assert.equal(result.code, 0, result.stderr);
   const report = JSON.parse(result.stdout);
@@ -136,21 +136,9 @@ async function waitFor(check: () => boolean, timeoutMs: number, what: string): P
 }
 
 test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes its API socket", async (t) => {
-  const dir = emptyDir(t);
+  const dir = tempDir(t);
   const apiSocket = path.join(dir, "api.sock");
-  const policy = path.join(dir, "policy.yaml");
-  fs.writeFileSync(
-    policy,
-    [
-      "version: 1",
-      "watch:",
-      `  - path: ${dir}/registry`,
-      "devicePlugins: { registrationSocket: null }",
-      `checkpoint: { path: ${dir}/state/checkpoint }`,
-      `api: { socket: ${apiSocket}, metrics: null }`,
-      "",
-    ].join("\n"),
-  );
+  const policy = writeBarePolicy(dir, apiSocket);
   const agent = spawn(binary, ["run", "--config", policy], { cwd: dir, env: {}, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   agent.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));

@@ -8,22 +8,16 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { shortTempDir, startEdgeplug, writePolicy } from "./support/agent-process.ts";
-import { startFakePlugin } from "./support/fake-plugin.ts";
+import { startDaemon, startEdgeplug } from "./support/agent-process.ts";
+import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 const gauge = { type: "acme.io/Gauge", name: "acme.io/pressure", versions: ["v1"] };
 
 test("SIGHUP applies a new policy, and refuses an invalid one keeping the old", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
-  await agent.waitForLog("edgeplug running");
+  const { policy, agent } = await startDaemon(t);
 
-  const waiting = await startFakePlugin({ socketPath: path.join(policy.registry, "gauge.sock"), info: gauge });
-  t.after(() => waiting.stop());
+  const waiting = await startTestPlugin(t, { socketPath: path.join(policy.registry, "gauge.sock"), info: gauge });
   assert.match((await waiting.waitForNotify()).error, /no handler registered for plugin type: acme\.io\/Gauge/);
 
   // An invalid policy: refused with its located errors, nothing changes.
@@ -45,12 +39,7 @@ test("SIGHUP applies a new policy, and refuses an invalid one keeping the old", 
 });
 
 test("status --watch prints the snapshot, then each event as it comes", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
-  await agent.waitForLog("edgeplug running");
+  const { policy, agent } = await startDaemon(t);
 
   const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", "json"]);
   t.after(() => watcher.child.kill("SIGKILL"));
@@ -76,14 +65,8 @@ test("status --watch prints the snapshot, then each event as it comes", async (t
 });
 
 test("curl reads the agent's status as JSON from the API socket", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
-  const policy = writePolicy(dir);
-  const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
-  await agent.waitForLog("edgeplug running");
-  const plugin = await startFakePlugin({ socketPath: path.join(policy.registry, "c.sock"), info: sensor });
-  t.after(() => plugin.stop());
+  const { policy, agent } = await startDaemon(t);
+  const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "c.sock"), info: sensor });
   await plugin.waitForNotify();
 
   const { stdout } = await promisify(execFile)("curl", [

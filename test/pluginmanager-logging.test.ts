@@ -8,13 +8,12 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { createLogger } from "../src/log/logger.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
-import { shortTempDir } from "./support/agent-process.ts";
-import { startFakePlugin } from "./support/fake-plugin.ts";
+import { startTestPlugin } from "./support/fake-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 test("outcomes are logged once each, and resyncs that change nothing log nothing", async (t) => {
-  const { dir, cleanup } = shortTempDir();
-  t.after(cleanup);
+  const dir = tempDir(t);
   const logs: Array<Record<string, unknown>> = [];
   const log = createLogger({ level: "debug", format: "json", write: (line) => void logs.push(JSON.parse(line)) });
   let passes = 0;
@@ -26,15 +25,14 @@ test("outcomes are logged once each, and resyncs that change nothing log nothing
   });
   t.after(() => manager.stop());
   await manager.start();
-  const good = await startFakePlugin({
+  const good = await startTestPlugin(t, {
     socketPath: path.join(dir, "good.sock"),
     info: { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] },
   });
-  const refused = await startFakePlugin({
+  const refused = await startTestPlugin(t, {
     socketPath: path.join(dir, "refused.sock"),
     info: { type: "other.io/Thing", name: "other.io/thing" },
   });
-  t.after(() => Promise.all([good.stop(), refused.stop()]));
   await good.waitForNotify();
   await refused.waitForNotify();
   await manager.whenSettled({ predicate: (plugins) => plugins.every((p) => p.state !== "pending") });

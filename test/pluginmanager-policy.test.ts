@@ -5,50 +5,18 @@
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import type { TestContext } from "node:test";
 import { createLogger } from "../src/log/logger.ts";
-import { PluginManager } from "../src/pluginmanager/manager.ts";
-import type { PluginRecord } from "../src/pluginmanager/types.ts";
-import { startFakePlugin } from "./support/fake-plugin.ts";
-import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
-import { testPolicy } from "./support/policy.ts";
-import type { TestPolicyOptions } from "./support/policy.ts";
-
-function tempDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epp-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-async function plugin(t: TestContext, options: FakePluginOptions): Promise<FakePlugin> {
-  const started = await startFakePlugin(options);
-  t.after(() => started.stop());
-  return started;
-}
-
-async function startManager(t: TestContext, policy: TestPolicyOptions, logLines: string[] = []) {
-  const log = createLogger({ level: "info", format: "json", write: (line) => logLines.push(line) });
-  const manager = new PluginManager({ policy: testPolicy(policy), log });
-  t.after(() => manager.stop());
-  await manager.start();
-  return manager;
-}
-
-async function until(manager: PluginManager, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
-  const settled = await manager.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
-  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
-}
-
-const record = (manager: PluginManager, socket: string) => manager.plugins().find((p) => p.socket === socket);
-const sensor = (name: string) => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
+import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
+import type { FakePlugin } from "./support/fake-plugin.ts";
+import { record, startManager, until } from "./support/manager-harness.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 test("a socket owned by a uid outside security.socketOwners is failed naming the uid and never dialled", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "foreign.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor("acme.io/foreign") });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/foreign") });
   fs.chownSync(socket, 4242, 4242);
   // Retries repeat the same failure, which changes no state: count them in the log.
   let retried = () => {};
@@ -58,9 +26,7 @@ test("a socket owned by a uid outside security.socketOwners is failed naming the
     format: "json",
     write: (line) => JSON.parse(line).attempts >= 3 && retried(),
   });
-  const manager = new PluginManager({ policy: testPolicy({ watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }), log });
-  t.after(() => manager.stop());
-  await manager.start();
+  const { manager } = await startManager(t, { watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }, { log });
   await threeAttempts;
   const failed = record(manager, socket)!;
   assert.equal(failed.state, "failed");
@@ -73,12 +39,12 @@ test("a directory's types: a type it does not list is refused there and accepted
   const dir = tempDir(t);
   const devicesOnly = path.join(dir, "devices");
   const any = path.join(dir, "any");
-  const manager = await startManager(t, {
+  const { manager } = await startManager(t, {
     watch: [{ path: devicesOnly, types: ["DevicePlugin"] }, { path: any }],
     handlers: { "acme.io/Sensor": {}, DevicePlugin: {} },
   });
-  const refused = await plugin(t, { socketPath: path.join(devicesOnly, "s.sock"), info: sensor("acme.io/s") });
-  const accepted = await plugin(t, { socketPath: path.join(any, "s.sock"), info: sensor("acme.io/s") });
+  const refused = await startTestPlugin(t, { socketPath: path.join(devicesOnly, "s.sock"), info: sensor("acme.io/s") });
+  const accepted = await startTestPlugin(t, { socketPath: path.join(any, "s.sock"), info: sensor("acme.io/s") });
   const expected = `plugin type acme.io/Sensor is not accepted from watch directory ${devicesOnly} (types ["DevicePlugin"])`;
   const refusal = await refused.waitForNotify();
   assert.deepEqual([refusal.registered, refusal.error], [false, expected]);
@@ -90,10 +56,10 @@ test("a directory's types: a type it does not list is refused there and accepted
 
 test("allow and deny: names outside allow or matching deny are refused and told why; deny wins", async (t) => {
   const dir = tempDir(t);
-  const manager = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
-  const ok = await plugin(t, { socketPath: path.join(dir, "ok.sock"), info: sensor("acme.io/ok") });
-  const beta = await plugin(t, { socketPath: path.join(dir, "beta.sock"), info: sensor("acme.io/x-beta") });
-  const other = await plugin(t, { socketPath: path.join(dir, "other.sock"), info: sensor("other.io/y") });
+  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
+  const ok = await startTestPlugin(t, { socketPath: path.join(dir, "ok.sock"), info: sensor("acme.io/ok") });
+  const beta = await startTestPlugin(t, { socketPath: path.join(dir, "beta.sock"), info: sensor("acme.io/x-beta") });
+  const other = await startTestPlugin(t, { socketPath: path.join(dir, "other.sock"), info: sensor("other.io/y") });
   assert.equal((await ok.waitForNotify()).registered, true);
   assert.equal((await beta.waitForNotify()).error, `plugin name acme.io/x-beta is denied by handler acme.io/Sensor (deny "*-beta")`);
   assert.equal((await other.waitForNotify()).error, `plugin name other.io/y is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`);
@@ -103,9 +69,9 @@ test("allow and deny: names outside allow or matching deny are refused and told 
 
 test("maxPlugins: of five sockets arriving at once with a limit of two, exactly two register; a freed slot is taken by a retry", async (t) => {
   const dir = tempDir(t);
-  const manager = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
+  const { manager } = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
   const fakes: FakePlugin[] = [];
-  for (let i = 0; i < 5; i++) fakes.push(await plugin(t, { socketPath: path.join(dir, `.p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
+  for (let i = 0; i < 5; i++) fakes.push(await startTestPlugin(t, { socketPath: path.join(dir, `.p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
   // All five appear in the same tick.
   for (let i = 0; i < 5; i++) fs.renameSync(path.join(dir, `.p${i}.sock`), path.join(dir, `p${i}.sock`));
   await until(manager, (plugins) => plugins.length === 5 && plugins.every((p) => p.state !== "pending"), "five attempted");
@@ -125,10 +91,11 @@ test("maxPlugins: of five sockets arriving at once with a limit of two, exactly 
 test("an undeclared type and a built-in type not in this build are failed; the unavailable handler is logged once", async (t) => {
   const dir = tempDir(t);
   const lines: string[] = [];
-  const manager = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DevicePlugin: {} } }, lines);
+  const log = createLogger({ level: "info", format: "json", write: (line) => lines.push(line) });
+  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DevicePlugin: {} } }, { log });
   const gpus = [];
-  for (let i = 0; i < 3; i++) gpus.push(await plugin(t, { socketPath: path.join(dir, `gpu${i}.sock`), info: { type: "DevicePlugin", name: "acme.io/gpu", versions: ["v1beta1"] } }));
-  const unknown = await plugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
+  for (let i = 0; i < 3; i++) gpus.push(await startTestPlugin(t, { socketPath: path.join(dir, `gpu${i}.sock`), info: { type: "DevicePlugin", name: "acme.io/gpu", versions: ["v1beta1"] } }));
+  const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
   for (const gpu of gpus) assert.equal((await gpu.waitForNotify()).error, "handler DevicePlugin is not available in this build");
   assert.equal((await unknown.waitForNotify()).error, `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${unknown.socketPath}`);
   await until(manager, (plugins) => plugins.every((p) => p.state === "failed"), "all failed");

@@ -5,79 +5,34 @@
  * and not from a retry timer.
  */
 import assert from "node:assert/strict";
-import { EventEmitter } from "node:events";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import type { TestContext } from "node:test";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
-import { PluginManager } from "../src/pluginmanager/manager.ts";
-import type { PluginManagerObserver } from "../src/pluginmanager/manager.ts";
-import type { PluginChange, PluginRecord } from "../src/pluginmanager/types.ts";
-import { startFakePlugin, waitForEvent } from "./support/fake-plugin.ts";
+import type { PluginManager } from "../src/pluginmanager/manager.ts";
+import type { PluginChange } from "../src/pluginmanager/types.ts";
+import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
+import { heartbeatCounter, record, startManager, until } from "./support/manager-harness.ts";
 import { testPolicy } from "./support/policy.ts";
 import type { TestPolicyOptions } from "./support/policy.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
-const log = createLogger({ level: "error", format: "text" });
 const HOUR = { initialMs: 3_600_000, maxMs: 3_600_000 };
 
-function tempDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epl-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-async function plugin(t: TestContext, options: FakePluginOptions): Promise<FakePlugin> {
-  const started = await startFakePlugin(options);
-  t.after(() => started.stop());
-  return started;
-}
-
-async function startManager(t: TestContext, policy: TestPolicyOptions, observer?: PluginManagerObserver) {
-  const manager = new PluginManager({ policy: testPolicy({ backoff: HOUR, ...policy }), log, observer });
-  const changes: PluginChange[] = [];
-  manager.subscribe((change) => changes.push(change));
-  t.after(() => manager.stop());
-  await manager.start();
-  return { manager, changes };
-}
-
-async function until(manager: PluginManager, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
-  const settled = await manager.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
-  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
-}
-
-const record = (manager: PluginManager, socket: string) => manager.plugins().find((p) => p.socket === socket);
 const stateIs = (manager: PluginManager, socket: string, state: string) => () => record(manager, socket)?.state === state;
-const sensor = (name: string) => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
 const other = (name: string) => ({ type: "acme.io/Other", name, versions: ["v1"] });
 /** The states a socket went through, as subscribers saw them. */
 const statesOf = (changes: PluginChange[], socket: string) =>
   changes.filter((c) => c.plugin.socket === socket).map((c) => (c.removed ? `${c.plugin.state} (removed)` : c.plugin.state));
 const notified = (fake: FakePlugin) => fake.notifications().map((n) => n.registered);
 
-/** Counts the manager's heartbeats; `reach(n)` resolves once n have come (rejects after 5 s). */
-function heartbeatCounter() {
-  const events = new EventEmitter();
-  let beats = 0;
-  const observer: PluginManagerObserver = {
-    heartbeat: (source) => {
-      if (source === "reconciler") beats++;
-      events.emit("change");
-    },
-  };
-  const reach = (count: number) => waitForEvent(events, `${count} heartbeats`, () => beats >= count, 5000);
-  return { observer, reach, count: () => beats };
-}
-
 test("a handler type added by a reload: a plugin refused for want of it registers at once; a plugin still accepted is not touched", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor"] });
-  const kept = await plugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
-  const waiting = await plugin(t, { socketPath: path.join(dir, "waiting.sock"), info: other("acme.io/waiting") });
+  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR });
+  const kept = await startTestPlugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
+  const waiting = await startTestPlugin(t, { socketPath: path.join(dir, "waiting.sock"), info: other("acme.io/waiting") });
   assert.match((await waiting.waitForNotify()).error, /no handler registered for plugin type: acme.io\/Other/);
   await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
   const sensorHandler = manager.handlers.get("acme.io/Sensor")!.handler;
@@ -95,9 +50,9 @@ test("a handler type added by a reload: a plugin refused for want of it register
 
 test("a handler type removed by a reload: its plugins are deregistered, then fail naming why and are told; others are not touched", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"] });
-  const kept = await plugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
-  const dropped = await plugin(t, { socketPath: path.join(dir, "dropped.sock"), info: other("acme.io/dropped") });
+  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+  const kept = await startTestPlugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
+  const dropped = await startTestPlugin(t, { socketPath: path.join(dir, "dropped.sock"), info: other("acme.io/dropped") });
   await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
   const otherHandler = manager.handlers.get("acme.io/Other")!.handler as GenericHandler;
   assert.equal(otherHandler.plugins().length, 1);
@@ -117,15 +72,15 @@ test("watch dirs: one added by a reload is created and its sockets register; one
   const dir = tempDir(t);
   const [a, b] = [path.join(dir, "a"), path.join(dir, "b")];
   fs.mkdirSync(b);
-  const { manager, changes } = await startManager(t, { watch: [a] });
-  const inB = await plugin(t, { socketPath: path.join(b, "b.sock"), info: sensor("acme.io/b") });
+  const { manager, changes } = await startManager(t, { watch: [a], backoff: HOUR });
+  const inB = await startTestPlugin(t, { socketPath: path.join(b, "b.sock"), info: sensor("acme.io/b") });
   const generic = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
   const added = path.join(dir, "new", "registry");
 
   manager.applyPolicy(testPolicy({ watch: [a, b, added], backoff: HOUR }));
   assert.equal((await inB.waitForNotify()).registered, true);
   assert.ok(fs.statSync(added).isDirectory(), "the added dir was created");
-  const inAdded = await plugin(t, { socketPath: path.join(added, "n.sock"), info: sensor("acme.io/n") });
+  const inAdded = await startTestPlugin(t, { socketPath: path.join(added, "n.sock"), info: sensor("acme.io/n") });
   assert.equal((await inAdded.waitForNotify()).registered, true, "the added dir is watched");
   await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
 
@@ -135,17 +90,17 @@ test("watch dirs: one added by a reload is created and its sockets register; one
   assert.deepEqual(statesOf(changes, inB.socketPath), ["pending", "registered", "registered (removed)"]);
   assert.deepEqual([inB.getInfoCalls(), notified(inB)], [1, [true]], "never dialled for it");
   // b is no longer watched: a new socket there goes unseen while the kept dirs still report.
-  await plugin(t, { socketPath: path.join(b, "late.sock"), info: sensor("acme.io/late") });
-  const marker = await plugin(t, { socketPath: path.join(a, "marker.sock"), info: sensor("acme.io/marker") });
+  await startTestPlugin(t, { socketPath: path.join(b, "late.sock"), info: sensor("acme.io/late") });
+  const marker = await startTestPlugin(t, { socketPath: path.join(a, "marker.sock"), info: sensor("acme.io/marker") });
   await marker.waitForNotify();
   assert.ok(!manager.plugins().some((p) => p.socket.startsWith(b)));
 });
 
 test("security.socketOwners tightened: a plugin whose socket uid 4242 owns is deregistered and failed, and never dialled again", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], socketOwners: [0, 4242] });
-  const foreign = await plugin(t, { socketPath: path.join(dir, "foreign.sock"), info: sensor("acme.io/foreign") });
-  const own = await plugin(t, { socketPath: path.join(dir, "own.sock"), info: sensor("acme.io/own") });
+  const { manager, changes } = await startManager(t, { watch: [dir], socketOwners: [0, 4242], backoff: HOUR });
+  const foreign = await startTestPlugin(t, { socketPath: path.join(dir, "foreign.sock"), info: sensor("acme.io/foreign") });
+  const own = await startTestPlugin(t, { socketPath: path.join(dir, "own.sock"), info: sensor("acme.io/own") });
   fs.chownSync(foreign.socketPath, 4242, 4242);
   await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
 
@@ -168,8 +123,8 @@ const refusals: [string, FakePluginOptions["info"], (dir: string) => Partial<Tes
 for (const [what, info, policy, reason] of refusals) {
   test(`a registered plugin is deregistered and told why when, after a reload, ${what}`, async (t) => {
     const dir = tempDir(t);
-    const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"] });
-    const fake = await plugin(t, { socketPath: path.join(dir, "p.sock"), info });
+    const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+    const fake = await startTestPlugin(t, { socketPath: path.join(dir, "p.sock"), info });
     await fake.waitForNotify();
     const before = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
     manager.applyPolicy(testPolicy({ watch: [dir], backoff: HOUR, ...policy(dir) }));
@@ -183,8 +138,8 @@ for (const [what, info, policy, reason] of refusals) {
 
 test("a registration in flight during a reload is decided again under the new policy when it ends", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"] });
-  const slow = await plugin(t, { socketPath: path.join(dir, "slow.sock"), info: other("acme.io/slow"), getInfoDelayMs: 30 });
+  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+  const slow = await startTestPlugin(t, { socketPath: path.join(dir, "slow.sock"), info: other("acme.io/slow"), getInfoDelayMs: 30 });
   await slow.waitForGetInfo();
   manager.applyPolicy(testPolicy({ watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR }));
   await until(manager, stateIs(manager, slow.socketPath, "failed"), "failed under the new policy");
@@ -194,12 +149,12 @@ test("a registration in flight during a reload is decided again under the new po
 
 test("maxPlugins lowered below the registered count keeps the registered plugins and refuses new ones", async (t) => {
   const dir = tempDir(t);
-  const { manager } = await startManager(t, { watch: [dir], maxPlugins: 3 });
+  const { manager } = await startManager(t, { watch: [dir], maxPlugins: 3, backoff: HOUR });
   const registered = [];
-  for (let i = 0; i < 2; i++) registered.push(await plugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
+  for (let i = 0; i < 2; i++) registered.push(await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
   await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
   manager.applyPolicy(testPolicy({ watch: [dir], maxPlugins: 1, backoff: HOUR }));
-  const late = await plugin(t, { socketPath: path.join(dir, "late.sock"), info: sensor("acme.io/late") });
+  const late = await startTestPlugin(t, { socketPath: path.join(dir, "late.sock"), info: sensor("acme.io/late") });
   assert.equal((await late.waitForNotify()).error, "maxPlugins limit of 1 reached");
   await until(manager, stateIs(manager, late.socketPath, "failed"), "the late plugin failed");
   assert.deepEqual(manager.plugins().map((p) => [path.basename(p.socket), p.state]), [["late.sock", "failed"], ["p0.sock", "registered"], ["p1.sock", "registered"]]);
@@ -209,9 +164,9 @@ test("maxPlugins lowered below the registered count keeps the registered plugins
 test("reconcile settings: a new backoff applies to the next attempts; a new resync period re-arms the timer", async (t) => {
   const dir = tempDir(t);
   const heartbeats = heartbeatCounter();
-  const { manager } = await startManager(t, { watch: [dir] }, heartbeats.observer);
+  const { manager } = await startManager(t, { watch: [dir], backoff: HOUR }, { observer: heartbeats.observer });
   // Three GetInfo failures: with the hour-long backoff it would wait an hour after the first.
-  const flaky = await plugin(t, { socketPath: path.join(dir, "flaky.sock"), info: sensor("acme.io/flaky"), failGetInfoTimes: 3 });
+  const flaky = await startTestPlugin(t, { socketPath: path.join(dir, "flaky.sock"), info: sensor("acme.io/flaky"), failGetInfoTimes: 3 });
   await flaky.waitForGetInfo(1);
   await until(manager, stateIs(manager, flaky.socketPath, "failed"), "the first failure");
   manager.applyPolicy(testPolicy({ watch: [dir], backoff: { initialMs: 5, maxMs: 10 }, resyncMs: 20 }));
@@ -227,10 +182,8 @@ test("a reload logs what it changed: dirs added and no longer watched, a handler
   const [a, b] = [path.join(dir, "a"), path.join(dir, "b")];
   const lines: Record<string, unknown>[] = [];
   const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
-  const manager = new PluginManager({ policy: testPolicy({ watch: [a], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR }), log: jsonLog });
-  t.after(() => manager.stop());
-  await manager.start();
-  const dropped = await plugin(t, { socketPath: path.join(a, "dropped.sock"), info: other("acme.io/dropped") });
+  const { manager } = await startManager(t, { watch: [a], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR }, { log: jsonLog });
+  const dropped = await startTestPlugin(t, { socketPath: path.join(a, "dropped.sock"), info: other("acme.io/dropped") });
   await dropped.waitForNotify();
   await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
 

@@ -4,55 +4,19 @@
  * the kubelet's known problems from section E).
  */
 import assert from "node:assert/strict";
-import { EventEmitter } from "node:events";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import type { TestContext } from "node:test";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
-import type { HandlerFactories } from "../src/pluginmanager/handlers.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../src/pluginmanager/manager.ts";
-import type { PluginChange, PluginHandler, PluginRecord } from "../src/pluginmanager/types.ts";
-import { leaveStaleSocket, startFakePlugin, waitForEvent } from "./support/fake-plugin.ts";
-import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
+import type { PluginHandler } from "../src/pluginmanager/types.ts";
+import { leaveStaleSocket, sensor, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
+import type { FakePlugin } from "./support/fake-plugin.ts";
+import { heartbeatCounter, quietLog, startManager, stateOf, until } from "./support/manager-harness.ts";
 import { testPolicy } from "./support/policy.ts";
-import type { TestPolicyOptions } from "./support/policy.ts";
-
-const log = createLogger({ level: "error", format: "text" });
-
-function tempDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epm-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-async function plugin(t: TestContext, options: FakePluginOptions): Promise<FakePlugin> {
-  const started = await startFakePlugin(options);
-  t.after(() => started.stop());
-  return started;
-}
-
-const sensor = (name = "acme.io/temp") => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
-
-async function startManager(t: TestContext, policy: TestPolicyOptions, handlers?: HandlerFactories) {
-  const manager = new PluginManager({ policy: testPolicy(policy), log, handlers });
-  const changes: PluginChange[] = [];
-  manager.subscribe((change) => changes.push(change));
-  t.after(() => manager.stop());
-  await manager.start();
-  return { manager, changes };
-}
-
-/** Waits (at most 5 s) until `predicate` holds over the manager's records. */
-async function until(manager: PluginManager, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
-  const settled = await manager.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
-  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
-}
-
-const stateOf = (manager: PluginManager, socket: string) => manager.plugins().find((p) => p.socket === socket)?.state;
+import { tempDir } from "./support/temp-dir.ts";
 
 /** A handler recording its calls, for the plugin manager test of A.8. */
 function recordingHandler() {
@@ -77,11 +41,11 @@ test("plugins in sub-directories created after start, at depth 0, 1 and 2, are v
     await t.test(`depth ${depth}`, async (t) => {
       const root = path.join(dir, `d${depth}`);
       const { calls, factories } = recordingHandler();
-      const { manager } = await startManager(t, { watch: [root] }, factories);
+      const { manager } = await startManager(t, { watch: [root] }, { handlers: factories });
       const subdir = path.join(root, ...Array.from({ length: depth }, (_, i) => String(i)));
       fs.mkdirSync(subdir, { recursive: true });
       const name = `acme.io/depth-${depth}`;
-      const fake = await plugin(t, { socketPath: path.join(subdir, "p.sock"), info: sensor(name) });
+      const fake = await startTestPlugin(t, { socketPath: path.join(subdir, "p.sock"), info: sensor(name) });
       assert.equal((await fake.waitForNotify()).registered, true);
       await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
       assert.deepEqual(calls, [`validate ${name}`, `register ${name}`]);
@@ -92,8 +56,8 @@ test("plugins in sub-directories created after start, at depth 0, 1 and 2, are v
 test("plugins listening before start are registered; until GetInfo answers a record has null type, name and endpoint", async (t) => {
   const dir = tempDir(t);
   const fakes: FakePlugin[] = [];
-  for (let i = 0; i < 10; i++) fakes.push(await plugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
-  await plugin(t, { socketPath: path.join(dir, "slow.sock"), info: sensor("acme.io/slow"), hangGetInfo: true });
+  for (let i = 0; i < 10; i++) fakes.push(await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
+  await startTestPlugin(t, { socketPath: path.join(dir, "slow.sock"), info: sensor("acme.io/slow"), hangGetInfo: true });
   const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 10_000 } });
   const slow = path.join(dir, "slow.sock");
   assert.equal(manager.plugins().length, 11, "every socket is known when start() resolves");
@@ -110,9 +74,9 @@ test("event-driven: with a 1 h resync, a new socket is registered within 100 ms,
   const dir = tempDir(t);
   await startManager(t, { watch: [dir], resyncMs: 3_600_000 });
   // Warm-up: the first registration in a process loads http2 and the generated code.
-  await (await plugin(t, { socketPath: path.join(dir, "warm.sock"), info: sensor("acme.io/warm") })).waitForNotify();
+  await (await startTestPlugin(t, { socketPath: path.join(dir, "warm.sock"), info: sensor("acme.io/warm") })).waitForNotify();
 
-  const fake = await plugin(t, { socketPath: path.join(dir, "new.sock"), info: sensor("acme.io/new") });
+  const fake = await startTestPlugin(t, { socketPath: path.join(dir, "new.sock"), info: sensor("acme.io/new") });
   const listening = performance.now();
   const notified = await fake.waitForNotify();
   assert.equal(notified.registered, true);
@@ -120,7 +84,7 @@ test("event-driven: with a 1 h resync, a new socket is registered within 100 ms,
 
   const created = performance.now();
   fs.mkdirSync(path.join(dir, "later", "deeper"), { recursive: true });
-  const nested = await plugin(t, { socketPath: path.join(dir, "later", "deeper", "p.sock"), info: sensor("acme.io/nested") });
+  const nested = await startTestPlugin(t, { socketPath: path.join(dir, "later", "deeper", "p.sock"), info: sensor("acme.io/nested") });
   const nestedNotified = await nested.waitForNotify();
   assert.equal(nestedNotified.registered, true);
   assert.ok(nestedNotified.at - created < 100, `registered ${(nestedNotified.at - created).toFixed(1)} ms after mkdir`);
@@ -130,7 +94,7 @@ test("registration is retried after a transient GetInfo failure; the record keep
   const dir = tempDir(t);
   const { manager, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 10, maxMs: 40 } });
   const socket = path.join(dir, "flaky.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 2 });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 2 });
   await until(manager, (plugins) => plugins[0]?.state === "registered", "registered after retries");
   const [record] = manager.plugins();
   assert.equal(record!.attempts, 3);
@@ -147,24 +111,24 @@ test("a socket re-created at the same path re-registers exactly once, also when 
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { calls, factories } = recordingHandler();
-  const { manager } = await startManager(t, { watch: [dir] }, factories);
+  const { manager } = await startManager(t, { watch: [dir] }, { handlers: factories });
   const first = await startFakePlugin({ socketPath: socket, info: sensor("acme.io/v1") });
   await first.waitForNotify();
 
   // Delete and re-create: the plugin restarts on the same path.
   await first.stop();
-  const second = await plugin(t, { socketPath: socket, info: sensor("acme.io/v2") });
+  const second = await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/v2") });
   await second.waitForNotify();
 
   // Replace in one step (the watcher only ever sees the new socket): a
   // plugin binds a dot-name, then renames it over the old socket.
-  const third = await plugin(t, { socketPath: path.join(dir, ".next.sock"), info: sensor("acme.io/v3") });
+  const third = await startTestPlugin(t, { socketPath: path.join(dir, ".next.sock"), info: sensor("acme.io/v3") });
   fs.renameSync(path.join(dir, ".next.sock"), socket);
   await third.waitForNotify();
 
   // Events are handled in order: once a later socket is registered, no late
   // event for p.sock can be pending.
-  const marker = await plugin(t, { socketPath: path.join(dir, "z-marker.sock"), info: sensor("acme.io/marker") });
+  const marker = await startTestPlugin(t, { socketPath: path.join(dir, "z-marker.sock"), info: sensor("acme.io/marker") });
   await marker.waitForNotify();
   await until(manager, (plugins) => plugins.every((p) => p.state === "registered"), "all registered");
   assert.deepEqual(calls, [
@@ -181,7 +145,7 @@ test("a stale socket is reported stale within 150 ms of discovery and does not d
   const dir = tempDir(t);
   const stale = path.join(dir, "dead.sock");
   await leaveStaleSocket(stale);
-  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor() });
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor() });
   // A backoff of an hour: only a new socket at the path can bring a retry.
   const { manager, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 3_600_000, maxMs: 3_600_000 }, timeouts: { dialMs: 5000, getInfoMs: 5000 } });
   let staleAt = 0;
@@ -197,7 +161,7 @@ test("a stale socket is reported stale within 150 ms of discovery and does not d
   assert.deepEqual(order, ["good.sock registered", "dead.sock stale"], "the good plugin did not wait for the stale one");
 
   fs.unlinkSync(stale);
-  const revived = await plugin(t, { socketPath: stale, info: sensor("acme.io/revived") });
+  const revived = await startTestPlugin(t, { socketPath: stale, info: sensor("acme.io/revived") });
   assert.equal((await revived.waitForNotify()).registered, true);
   await until(manager, () => stateOf(manager, stale) === "registered", "the revived plugin registered");
 });
@@ -207,7 +171,7 @@ test("plugins that bind their socket before they listen are registered without e
   const { manager, changes } = await startManager(t, { watch: [dir] });
   // The watcher sees each file at bind(); the plugin listens 0 to 60 ms later.
   for (const [i, listenDelayMs] of [0, 1, 2, 5, 10, 20, 40, 60].entries()) {
-    const fake = await plugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`), listenDelayMs });
+    const fake = await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`), listenDelayMs });
     assert.equal((await fake.waitForNotify()).registered, true, `listening ${listenDelayMs} ms after bind`);
   }
   await until(manager, (plugins) => plugins.length === 8 && plugins.every((p) => p.state === "registered"), "eight registered");
@@ -217,10 +181,10 @@ test("plugins that bind their socket before they listen are registered without e
 
 test("a GetInfo that hangs does not delay other plugins", async (t) => {
   const dir = tempDir(t);
-  const hang = await plugin(t, { socketPath: path.join(dir, "a-hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
+  const hang = await startTestPlugin(t, { socketPath: path.join(dir, "a-hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
   const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
   await hang.waitForGetInfo();
-  const good = await plugin(t, { socketPath: path.join(dir, "b-good.sock"), info: sensor("acme.io/good") });
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "b-good.sock"), info: sensor("acme.io/good") });
   assert.equal((await good.waitForNotify()).registered, true);
   assert.equal(stateOf(manager, hang.socketPath), "pending");
 });
@@ -228,7 +192,7 @@ test("a GetInfo that hangs does not delay other plugins", async (t) => {
 test("ten sockets with the same name are all registered and tracked by the generic handler", async (t) => {
   const dir = tempDir(t);
   const { manager } = await startManager(t, { watch: [dir] });
-  for (let i = 0; i < 10; i++) await plugin(t, { socketPath: path.join(dir, `same-${i}.sock`), info: sensor("acme.io/same") });
+  for (let i = 0; i < 10; i++) await startTestPlugin(t, { socketPath: path.join(dir, `same-${i}.sock`), info: sensor("acme.io/same") });
   await until(manager, (plugins) => plugins.length === 10 && plugins.every((p) => p.state === "registered"), "ten registered");
   const generic = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
   assert.equal(generic.plugins().length, 10);
@@ -239,12 +203,12 @@ test("a watched subtree removed with rm -r while its plugins run drops them and 
   const dir = tempDir(t);
   const { manager, changes } = await startManager(t, { watch: [dir] });
   fs.mkdirSync(path.join(dir, "a", "b"), { recursive: true });
-  for (const sub of ["a", "a/b"]) await plugin(t, { socketPath: path.join(dir, sub, "p.sock"), info: sensor(`acme.io/${sub}`) });
+  for (const sub of ["a", "a/b"]) await startTestPlugin(t, { socketPath: path.join(dir, sub, "p.sock"), info: sensor(`acme.io/${sub}`) });
   await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
   fs.rmSync(path.join(dir, "a"), { recursive: true });
   await until(manager, (plugins) => plugins.length === 0, "the subtree's plugins removed");
   assert.equal(changes.filter((c) => c.removed).length, 2);
-  const after = await plugin(t, { socketPath: path.join(dir, "after.sock"), info: sensor("acme.io/after") });
+  const after = await startTestPlugin(t, { socketPath: path.join(dir, "after.sock"), info: sensor("acme.io/after") });
   assert.equal((await after.waitForNotify()).registered, true);
 });
 
@@ -265,39 +229,21 @@ test("subscribers get one change per state change, in order, and a deleted socke
   assert.ok(registered.registeredAt instanceof Date);
 });
 
-/** Counts the manager's heartbeats; `reach(n)` resolves once n have come (rejects after 5 s). */
-function heartbeatCounter() {
-  const events = new EventEmitter();
-  let beats = 0;
-  const observer: PluginManagerObserver = {
-    heartbeat: (source) => {
-      if (source === "reconciler") beats++;
-      events.emit("change");
-    },
-  };
-  const reach = (count: number) => waitForEvent(events, `${count} heartbeats`, () => beats >= count, 5000);
-  return { observer, reach, count: () => beats };
-}
-
 test("observer: every reconcile pass beats, on desired-state events and on each resync", async (t) => {
   const dir = tempDir(t);
   const heartbeats = heartbeatCounter();
   const { observer } = heartbeats;
   // An empty directory and a 50 ms resync: only the start and the resyncs run passes.
-  const quiet = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "quiet")], resyncMs: 50 }), log, observer });
-  t.after(() => quiet.stop());
-  await quiet.start();
+  const { manager: quiet } = await startManager(t, { watch: [path.join(dir, "quiet")], resyncMs: 50 }, { observer });
   const started = performance.now();
   await heartbeats.reach(4);
   assert.ok(performance.now() - started >= 100, "three resyncs 50 ms apart");
   await quiet.stop();
 
   // A resync of an hour: a new socket's event is a pass of its own.
-  const busy = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "busy")] }), log, observer });
-  t.after(() => busy.stop());
-  await busy.start();
+  await startManager(t, { watch: [path.join(dir, "busy")] }, { observer });
   const afterStart = heartbeats.count();
-  await plugin(t, { socketPath: path.join(dir, "busy", "p.sock"), info: sensor() });
+  await startTestPlugin(t, { socketPath: path.join(dir, "busy", "p.sock"), info: sensor() });
   await heartbeats.reach(afterStart + 1);
 });
 
@@ -306,16 +252,15 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const attempts: Parameters<NonNullable<PluginManagerObserver["attemptEnded"]>>[0][] = [];
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], timeouts: { getInfoMs: 30_000 } }),
-    log,
+    log: quietLog,
     observer: { attemptEnded: (attempt) => attempts.push(attempt) },
   });
   t.after(() => manager.stop());
   const stale = path.join(dir, "dead.sock");
   await leaveStaleSocket(stale);
-  const hang = await startFakePlugin({ socketPath: path.join(dir, "hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
-  t.after(() => hang.stop());
+  const hang = await startTestPlugin(t, { socketPath: path.join(dir, "hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
   await manager.start();
-  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
   await good.waitForNotify();
   await until(manager, () => stateOf(manager, stale) === "stale", "stale");
   await hang.waitForGetInfo();
@@ -342,11 +287,9 @@ test("log lines: one per outcome, with socket, type, name and state; a reason on
   const dir = tempDir(t);
   const lines: Record<string, unknown>[] = [];
   const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
-  const manager = new PluginManager({ policy: testPolicy({ watch: [dir] }), log: jsonLog });
-  t.after(() => manager.stop());
-  await manager.start();
-  const good = await plugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
-  const unknown = await plugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
+  const { manager } = await startManager(t, { watch: [dir] }, { log: jsonLog });
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
   await good.waitForNotify();
   await unknown.waitForNotify();
   await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
@@ -364,13 +307,13 @@ test("stop aborts a hanging registration, closes every watcher, timer and connec
   const dir = tempDir(t);
   const descriptors = () => fs.readdirSync("/proc/self/fd").length;
   // Warm-up: libuv's inotify descriptor and http2 stay for the process's life.
-  const warm = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "warm")] }), log });
+  const warm = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "warm")] }), log: quietLog });
   await warm.start();
   await warm.stop();
   fs.mkdirSync(path.join(dir, "r"));
-  const hang = await plugin(t, { socketPath: path.join(dir, "r", "hang.sock"), info: sensor(), hangGetInfo: true });
+  const hang = await startTestPlugin(t, { socketPath: path.join(dir, "r", "hang.sock"), info: sensor(), hangGetInfo: true });
   const before = descriptors();
-  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "r"), path.join(dir, "s")], timeouts: { getInfoMs: 30_000 } }), log });
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "r"), path.join(dir, "s")], timeouts: { getInfoMs: 30_000 } }), log: quietLog });
   await manager.start();
   fs.mkdirSync(path.join(dir, "r", "sub"));
   await hang.waitForGetInfo();
@@ -388,7 +331,7 @@ test("stop aborts a hanging registration, closes every watcher, timer and connec
 test("start fails naming a watch directory it cannot create", async (t) => {
   const dir = tempDir(t);
   fs.writeFileSync(path.join(dir, "file"), "");
-  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "file", "registry")] }), log });
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "file", "registry")] }), log: quietLog });
   await assert.rejects(manager.start(), /cannot create watch directory .*file\/registry/);
   await manager.stop();
 });

@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import type { TestContext } from "node:test";
-import { leaveStaleSocket, startFakePlugin, startGarbageListener } from "../../test/support/fake-plugin.ts";
-import type { FakePlugin, FakePluginOptions } from "../../test/support/fake-plugin.ts";
+import { leaveStaleSocket, sensor, startFakePlugin, startGarbageListener, startTestPlugin } from "../../test/support/fake-plugin.ts";
+import type { FakePluginOptions } from "../../test/support/fake-plugin.ts";
 import { testPolicy } from "../../test/support/policy.ts";
 import type { TestPolicyOptions } from "../../test/support/policy.ts";
+import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handlers.ts";
 import { probePlugin, registerPlugin, unregisterPlugin } from "./registration.ts";
@@ -39,18 +38,6 @@ function recordingHandler(behaviour: { validate?: () => Promise<void>; register?
   return { handler, calls, registrations };
 }
 
-function tempDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epr-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-async function plugin(t: TestContext, options: FakePluginOptions): Promise<FakePlugin> {
-  const started = await startFakePlugin(options);
-  t.after(() => started.stop());
-  return started;
-}
-
 function desired(socket: string): DesiredSocket {
   return { socket, inode: inodeOf(fs.lstatSync(socket, { bigint: true })), discoveredAt: new Date() };
 }
@@ -61,13 +48,12 @@ function context(dir: string, handler: PluginHandler, policy: Partial<TestPolicy
   return { policy: full, handlers: new HandlerSet(full, { generic: () => handler }), asw: new ActualStateOfWorld(), log };
 }
 
-const sensor = (name = "acme.io/temp") => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
 const signal = () => AbortSignal.timeout(10_000);
 
 test("a good plugin: GetInfo, validate, recorded, register, notify(true); endpoint defaults to the socket", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "temp.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor() });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   const { handler, calls, registrations } = recordingHandler();
   const ctx = context(dir, handler);
   const outcome = await registerPlugin(desired(socket), ctx, signal());
@@ -86,7 +72,7 @@ test("a good plugin: GetInfo, validate, recorded, register, notify(true); endpoi
 test("the registration connection is closed when the attempt ends", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "temp.sock");
-  await plugin(t, { socketPath: socket, info: sensor() });
+  await startTestPlugin(t, { socketPath: socket, info: sensor() });
   const ctx = context(dir, recordingHandler().handler);
   const descriptors = () => fs.readdirSync("/proc/self/fd").length;
   // Warm-up: the first attempt loads http2 and may keep process-wide descriptors.
@@ -103,7 +89,7 @@ test("the registration connection is closed when the attempt ends", async (t) =>
 test("a socket owned by a uid outside security.socketOwners is refused without dialing", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "foreign.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor() });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   fs.chownSync(socket, 4242, 4242);
   const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler), signal());
   assert.deepEqual(outcome, { state: "failed", error: "socket owned by uid 4242, not in security.socketOwners [0]", info: null });
@@ -154,7 +140,7 @@ test("a socket that accepts and answers garbage is failed, not stale", async (t)
 test("a GetInfo that hangs fails after timeouts.getInfo", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "hang.sock");
-  await plugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
+  await startTestPlugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
   const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 50 } }), signal());
   assert.equal(outcome.state, "failed");
   assert.match(outcome.error!, /GetInfo at socket .*hang\.sock, err: no answer within 50ms/);
@@ -163,7 +149,7 @@ test("a GetInfo that hangs fails after timeouts.getInfo", async (t) => {
 test("a plugin answering GetInfo with a gRPC error is told why it was not registered", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "early.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 1 });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 1 });
   const ctx = context(dir, recordingHandler().handler);
   const outcome = await registerPlugin(desired(socket), ctx, signal());
   assert.equal(outcome.state, "failed");
@@ -185,7 +171,7 @@ for (const [what, info, policy, message] of refusals) {
   test(`refused after GetInfo: ${what}; the plugin is told why`, async (t) => {
     const dir = tempDir(t);
     const socket = path.join(dir, "p.sock");
-    const fake = await plugin(t, { socketPath: socket, info });
+    const fake = await startTestPlugin(t, { socketPath: socket, info });
     const { handler, calls } = recordingHandler();
     const options = policy.watch ? { ...policy, watch: [{ path: dir, types: ["DevicePlugin"] }] } : policy;
     const ctx = context(dir, handler, options);
@@ -202,8 +188,8 @@ test("maxPlugins: a slot is reserved before validation and released when validat
   const dir = tempDir(t);
   const socketA = path.join(dir, "a.sock");
   const socketB = path.join(dir, "b.sock");
-  const fakeB = await plugin(t, { socketPath: socketB, info: sensor("acme.io/b") });
-  await plugin(t, { socketPath: socketA, info: sensor("acme.io/a") });
+  const fakeB = await startTestPlugin(t, { socketPath: socketB, info: sensor("acme.io/b") });
+  await startTestPlugin(t, { socketPath: socketA, info: sensor("acme.io/a") });
   let releaseValidation = () => {};
   const validating = new Promise<void>((resolve) => (releaseValidation = resolve));
   let validationStarted = () => {};
@@ -230,7 +216,7 @@ test("maxPlugins: a slot is reserved before validation and released when validat
 test("a failing RegisterPlugin leaves nothing registered, tells the plugin, and can be retried (kubernetes#133335)", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor() });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   let fail = true;
   const { handler } = recordingHandler({
     register: async () => {
@@ -249,7 +235,7 @@ test("a failing RegisterPlugin leaves nothing registered, tells the plugin, and 
 test("when the connection dropped before NotifyRegistrationStatus, the plugin is dialled again and told", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor() });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   const { handler } = recordingHandler({
     // A slow handler (e.g. CSI's NodeGetInfo) during which the plugin closes every connection.
     register: async () => {
@@ -278,7 +264,7 @@ test("unregistration never dials: it works when the plugin is gone", async (t) =
 test("an attempt aborted while GetInfo hangs ends at once, reporting nothing", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "hang.sock");
-  const fake = await plugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
   const controller = new AbortController();
   const attempt = registerPlugin(desired(socket), context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 10_000 } }), controller.signal);
   await fake.waitForGetInfo();
@@ -289,7 +275,7 @@ test("an attempt aborted while GetInfo hangs ends at once, reporting nothing", a
 test("probe: a good plugin's info and the handler that would take it; no notification sent", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
-  const fake = await plugin(t, { socketPath: socket, info: { ...sensor(), endpoint: "/run/acme/temp.sock" } });
+  const fake = await startTestPlugin(t, { socketPath: socket, info: { ...sensor(), endpoint: "/run/acme/temp.sock" } });
   const ctx = context(dir, recordingHandler().handler);
   assert.deepEqual(await probePlugin(socket, ctx.policy, ctx.handlers), {
     socket,
@@ -305,7 +291,7 @@ test("probe: a good plugin's info and the handler that would take it; no notific
 test("probe: an undeclared type says no handler would take it; a stale socket says stale", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
-  await plugin(t, { socketPath: socket, info: { type: "acme.io/Unknown", name: "x" } });
+  await startTestPlugin(t, { socketPath: socket, info: { type: "acme.io/Unknown", name: "x" } });
   const ctx = context(dir, recordingHandler().handler);
   const unknown = await probePlugin(socket, ctx.policy, ctx.handlers);
   assert.equal(unknown.handler, null);

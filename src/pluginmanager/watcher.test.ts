@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as net from "node:net";
-import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 import type { TestContext } from "node:test";
+import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
 import { DesiredStateOfWorld } from "./state.ts";
@@ -12,12 +12,6 @@ import type { DesiredSocket } from "./state.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 const log = createLogger({ level: "error", format: "text" });
-
-function tempDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "epw-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 /** A unix socket with a listener; closing the listener removes the file. */
 async function listen(t: TestContext, socketPath: string): Promise<net.Server> {

@@ -6,9 +6,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import * as fs from "node:fs";
-import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
+import { makeShortTempDir, removeDir, tempDir } from "./temp-dir.ts";
+import type { CleansUpAfter } from "./temp-dir.ts";
 
 export const EDGEPLUG_BINARY = fileURLToPath(new URL("../../dist/edgeplug", import.meta.url));
 
@@ -20,10 +21,13 @@ export function requireBinary(): string {
   return EDGEPLUG_BINARY;
 }
 
-/** A short temp dir (unix socket paths must stay under 108 bytes), removed by the returned cleanup. */
+/**
+ * A short temp dir (unix socket paths must stay under 108 bytes), removed by
+ * the returned cleanup; for code without a test context (tests use tempDir).
+ */
 export function shortTempDir(prefix = "ep-"): { dir: string; cleanup: () => void } {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  return { dir, cleanup: () => fs.rmSync(dir, { recursive: true, force: true }) };
+  const dir = makeShortTempDir(prefix);
+  return { dir, cleanup: () => removeDir(dir) };
 }
 
 export interface TestPolicyFile {
@@ -32,14 +36,17 @@ export interface TestPolicyFile {
   apiSocket: string;
 }
 
-/**
- * Writes a policy for an agent living entirely under `dir`; `handlers`,
- * `reconcile` and `security` are indented YAML bodies replacing those sections.
- */
-export function writePolicy(
-  dir: string,
-  options: { handlers?: string; reconcile?: string; security?: string; api?: boolean } = {},
-): TestPolicyFile {
+/** Sections of the policy writePolicy writes: `handlers`, `reconcile` and `security` are indented YAML bodies. */
+export interface PolicyFileOptions {
+  handlers?: string;
+  reconcile?: string;
+  security?: string;
+  /** false: no API socket. */
+  api?: boolean;
+}
+
+/** Writes a policy for an agent living entirely under `dir`, the given sections replacing the defaults. */
+export function writePolicy(dir: string, options: PolicyFileOptions = {}): TestPolicyFile {
   const registry = path.join(dir, "registry");
   const apiSocket = path.join(dir, "api.sock");
   const file = path.join(dir, "policy.yaml");
@@ -147,6 +154,32 @@ export function startEdgeplug(args: string[], options: { cwd?: string; env?: Nod
       });
     },
   };
+}
+
+/**
+ * A policy (see writePolicy) in a fresh temp dir removed after the test `t`,
+ * with its watch dir created already, so plugins can listen before the agent starts.
+ */
+export function policyWithRegistry(t: CleansUpAfter, policyOptions: PolicyFileOptions = {}): TestPolicyFile {
+  const policy = writePolicy(tempDir(t), policyOptions);
+  fs.mkdirSync(policy.registry, { recursive: true });
+  return policy;
+}
+
+/**
+ * Starts `dist/edgeplug run` on a policy (see writePolicy) in a fresh temp
+ * dir, and resolves once it logs "edgeplug running". After the test `t` the
+ * agent is killed (if still running) and the dir removed.
+ */
+export async function startDaemon(
+  t: CleansUpAfter,
+  policyOptions: PolicyFileOptions = {},
+): Promise<{ policy: TestPolicyFile; agent: AgentProcess }> {
+  const policy = writePolicy(tempDir(t), policyOptions);
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+  return { policy, agent };
 }
 
 /** Runs `dist/edgeplug ...args` to completion. */

@@ -115,6 +115,23 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
   };
 }
 
+/** What startTestPlugin needs of a test: node:test's TestContext has it. */
+export interface StopsAfter {
+  after(fn: () => Promise<void>): void;
+}
+
+/** Starts a registration plugin (see startFakePlugin) that is stopped after the test `t`. */
+export async function startTestPlugin(t: StopsAfter, options: FakePluginOptions): Promise<FakePlugin> {
+  const started = await startFakePlugin(options);
+  t.after(() => started.stop());
+  return started;
+}
+
+/** The info of an `acme.io/Sensor` plugin named `name`, speaking v1. */
+export function sensor(name = "acme.io/temp"): FakePluginOptions["info"] {
+  return { type: "acme.io/Sensor", name, versions: ["v1"] };
+}
+
 /** libuv's pipe handle, as Node's pipe_wrap binding exposes it. */
 interface PipeHandle {
   bind(path: string): number;

@@ -8,10 +8,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
 import * as net from "node:net";
-import * as os from "node:os";
-import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
+import { makeShortTempDir } from "./temp-dir.ts";
 
 /** A service definition (from kubelet-protos.ts) and the handlers that serve it. */
 export type ServiceBinding = [definition: grpc.ServiceDefinition, implementation: grpc.UntypedServiceImplementation];
@@ -92,7 +91,7 @@ export function readStream<Res>(stream: grpc.ClientReadableStream<Res>, count: n
 
 /** A fresh short-named directory for sockets (unix socket paths must stay under 108 bytes). */
 export function makeSocketDir(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), "ep-"));
+  return makeShortTempDir();
 }
 
 export interface RawListener {
