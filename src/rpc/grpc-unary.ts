@@ -135,10 +135,15 @@ function callUnary<I extends DescMessage, O extends DescMessage>(
       const message = `${peer} answered ${path} with content type ${contentType ?? "(none)"}, not application/grpc: not a gRPC server`;
       return fail(transportError("not-grpc", message, Code.Unknown));
     }
+    readMessages();
   };
   const onData = (chunk: Buffer) => {
     if (settled) return;
     body.push(chunk);
+    // Deno's node:http2 may emit body data before "response": hold it until the headers say it is gRPC.
+    if (responseHeaders !== undefined) readMessages();
+  };
+  const readMessages = () => {
     for (let payload = body.next(); payload !== undefined; payload = body.next()) {
       if (output !== undefined) {
         return fail(transportError("not-grpc", `${peer} sent more than one message in answer to the unary call ${path}`, Code.Internal));
@@ -250,8 +255,9 @@ export class FrameReader {
     this.#readMaxBytes = readMaxBytes;
   }
 
-  /** Adds a chunk of the body. */
+  /** Adds a chunk of the body (dropped once the body is known to be bad). */
   push(chunk: Buffer): void {
+    if (this.#problem !== undefined) return;
     this.#chunks.push(chunk);
     this.#buffered += chunk.length;
     this.#readHeader();

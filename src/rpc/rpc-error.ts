@@ -13,9 +13,15 @@ export const RPC_FAILURES = [
   "deadline",
   /** The caller aborted, or closed the channel under the call. */
   "canceled",
-  /** The peer accepted the connection but did not speak gRPC over HTTP/2. */
+  /**
+   * The peer accepted the connection but did not speak gRPC over HTTP/2: another
+   * protocol, an HTTP error status or content type, or malformed gRPC frames.
+   */
   "not-grpc",
-  /** The connection broke after the HTTP/2 handshake, before the call finished: the peer went away. */
+  /**
+   * The connection or the call's stream broke after the HTTP/2 handshake, before
+   * the call finished (no gRPC status arrived): the peer went away.
+   */
   "disconnected",
   /** Anything else; usually the peer answered with a gRPC error status. */
   "status",
