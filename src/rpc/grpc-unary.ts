@@ -123,6 +123,7 @@ function callUnary<I extends DescMessage, O extends DescMessage>(
   }
 
   const onResponse = (headers: http2.IncomingHttpHeaders) => {
+    if (settled) return;
     responseHeaders = headers;
     // Node gives :status as a number, whatever its typings say.
     const status = Number(headers[":status"]);
