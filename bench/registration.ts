@@ -279,6 +279,10 @@ async function measureEventDriven(dir: string, host: PluginHost) {
 
     progress(`${LARGE_BURST_SOCKETS} sockets at once`);
     const large = await measureBurst(agent, host, "many", LARGE_BURST_SOCKETS, LARGE_BURST_TIMEOUT_MS);
+    // Plugins see NotifyRegistrationStatus before the agent has its answer and
+    // closes the connection; the agent logs each registration after closing.
+    const descriptorsAtLastNotify = openDescriptors(agent.pid);
+    await waitForEach(agent.process, "plugin registered", large.sockets, 30_000);
     const descriptorsAfter = openDescriptors(agent.pid);
     const rssAfterKiB = residentKiB(agent.pid);
     await host.stop(large.sockets);
@@ -296,6 +300,7 @@ async function measureEventDriven(dir: string, host: PluginHost) {
         ...large.result,
         descriptors: {
           idleBaseline: idleDescriptors,
+          atLastNotification: descriptorsAtLastNotify,
           afterAllRegistered: descriptorsAfter,
           growth: descriptorsAfter - idleDescriptors,
         },

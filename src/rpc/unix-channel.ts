@@ -63,6 +63,7 @@ const DEFAULT_READ_MAX_BYTES = 16 * 1024 * 1024;
 
 /** One HTTP/2 connection of a channel and the calls in flight on it. */
 interface Connection {
+  readonly socket: net.Socket;
   readonly h2: http2.ClientHttp2Session;
   readonly streams: Set<http2.ClientHttp2Stream>;
 }
@@ -87,7 +88,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
   function connect(): Promise<Connection> {
     return new Promise((resolve, reject) => {
       const socket = net.connect(socketPath);
-      const connection: Connection = { h2: undefined as unknown as http2.ClientHttp2Session, streams: new Set() };
+      const connection: Connection = { socket, h2: undefined as unknown as http2.ClientHttp2Session, streams: new Set() };
       openSockets.add(socket);
       // Registered before http2's own listener: when the peer goes away, fail
       // the calls on this connection as "disconnected" before Node closes
@@ -211,6 +212,9 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     for (const conn of [...connections]) {
       if (conn.streams.size === 0) conn.h2.destroy();
       else conn.h2.destroy(channelClosedError(), http2.constants.NGHTTP2_CANCEL);
+      // A destroyed session only half-closes its socket and waits for the
+      // peer's end; a busy or broken plugin must not hold our descriptor.
+      conn.socket.destroy();
     }
     settleClosedIfDone();
   };
