@@ -21,7 +21,8 @@ import process from "node:process";
 import { createClient } from "@connectrpc/connect";
 import { Registration } from "../src/gen/pluginregistration/v1/api_pb.ts";
 import type { dialUnix as DialUnix } from "../src/rpc/unix-channel.ts";
-import { makeSocketDir, spawnRegistrationPlugin } from "../test/support/grpc-peers.ts";
+import { spawnRegistrationPlugin } from "../test/support/grpc-peers.ts";
+import { makeShortTempDir } from "../test/support/temp-dir.ts";
 import { roundMs, summarize } from "./support/stats.ts";
 
 const PAIRS = Math.max(100, Number(process.env.BENCH_UNARY_PAIRS) || 2000);
@@ -112,7 +113,7 @@ function report(tally: Tally) {
 /** Runs the benchmark; see the module comment. */
 export async function run(): Promise<object> {
   const implementations = await loadImplementations();
-  const dir = makeSocketDir();
+  const dir = makeShortTempDir();
   const plugin = await spawnRegistrationPlugin(path.join(dir, "bench.sock"), { type: "acme.io/Sensor", name: "bench", supported_versions: ["v1"] });
   try {
     const shapes: Shape[] = ["freshChannel", "sharedChannel"];

@@ -120,6 +120,7 @@ test("--reconcile-once exits 1 with a plugin no handler takes, saying why", asyn
   const stranger = await startTestPlugin(t, { socketPath: path.join(policy.registry, "stranger.sock"), info: thing });
 
   const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1s", "--output", "json"]);
+  assert.equal((await good.waitForNotify()).registered, true);
   assert.equal(result.code, 1, result.stderr);
   const report = JSON.parse(result.stdout);
   assert.equal(report.ok, false);

@@ -17,7 +17,6 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import * as fs from "node:fs";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import {
@@ -50,7 +49,8 @@ import {
   serviceOf,
   toLoaderObject,
 } from "./support/kubelet-protos.ts";
-import { callUnary, grpcClient, makeSocketDir, startGrpcServer, type ServiceBinding } from "./support/grpc-peers.ts";
+import { callUnary, grpcClient, startGrpcServer, type ServiceBinding } from "./support/grpc-peers.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 // ---------------------------------------------------------------------------
 // Test data: every field of every message set, distinct values throughout.
@@ -257,11 +257,6 @@ async function callEveryMethodWithConnect(service: DescService, socketPath: stri
   }
 }
 
-function socketDir(t: { after(fn: () => void): void }): string {
-  const dir = makeSocketDir();
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 const pluginSidePeers: Array<[DescService, () => grpc.ServiceClientConstructor]> = [
   [PluginRegistration, () => pluginRegistration()],
@@ -272,7 +267,7 @@ const pluginSidePeers: Array<[DescService, () => grpc.ServiceClientConstructor]>
 
 for (const [service, loaderService] of pluginSidePeers) {
   test(`Connect client ↔ grpc-js ${service.typeName} server: every RPC, every field`, async (t) => {
-    const dir = socketDir(t);
+    const dir = tempDir(t);
     const calls: string[] = [];
     const binding: ServiceBinding = [loaderService().service, grpcJsImplementation(service, calls)];
     const peer = await startGrpcServer(path.join(dir, "plugin.sock"), [binding]);
@@ -350,7 +345,7 @@ const agentSideServices: Array<[DescService, () => grpc.ServiceClientConstructor
 ];
 
 test("grpc-js clients ↔ Connect server (serveUnix): v1beta1.Registration, v1.PodResourcesLister, edgeplug.v1.Agent on one socket", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const calls: string[] = [];
   const server = await serveUnix(path.join(dir, "agent.sock"), (router) => {
     for (const [service] of agentSideServices) connectRoutes(service, calls)(router);

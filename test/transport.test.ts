@@ -25,12 +25,12 @@ import {
   callUnary,
   createStaleSocket,
   grpcClient,
-  makeSocketDir,
   openDescriptors,
   spawnRegistrationPlugin,
   startGrpcServer,
   startRawListener,
 } from "./support/grpc-peers.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 interface Failure {
   kind: RpcFailure;
@@ -60,11 +60,6 @@ async function getInfoFailure(socketPath: string, dial: DialOptions = {}, timeou
   }
 }
 
-function socketDir(t: { after(fn: () => void): void }): string {
-  const dir = makeSocketDir();
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 /** Every failure message seen, by kind, to check that each kind reads differently. */
 const messagesByKind = new Map<RpcFailure, string>();
@@ -79,7 +74,7 @@ function expectFailure(failure: Failure, kind: RpcFailure, messagePattern: RegEx
 const FAST_MS = 1_000;
 
 test("a call whose deadline passes fails as 'deadline', and the plugin sees the cancellation", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   let sawCancel!: () => void;
   const cancelled = new Promise<void>((resolve) => (sawCancel = resolve));
   const peer = await startGrpcServer(path.join(dir, "slow.sock"), [
@@ -99,7 +94,7 @@ test("a call whose deadline passes fails as 'deadline', and the plugin sees the 
 });
 
 test("an aborted ListAndWatch stream fails as 'canceled', and the plugin sees the cancellation", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   let sawCancel!: () => void;
   const cancelled = new Promise<void>((resolve) => (sawCancel = resolve));
   const peer = await startGrpcServer(path.join(dir, "dp.sock"), [
@@ -130,14 +125,14 @@ test("an aborted ListAndWatch stream fails as 'canceled', and the plugin sees th
 });
 
 test("a socket path with nothing there fails fast as 'missing'", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const failure = await getInfoFailure(path.join(dir, "absent.sock"));
   expectFailure(failure, "missing", /no socket at .*absent\.sock/);
   assert.ok(failure.elapsedMs < FAST_MS, `took ${failure.elapsedMs} ms`);
 });
 
 test("a socket left behind by a killed plugin fails fast as 'stale'", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const socketPath = path.join(dir, "crashed.sock");
   await createStaleSocket(socketPath);
   const failure = await getInfoFailure(socketPath, { connectTimeoutMs: 10_000 });
@@ -147,7 +142,7 @@ test("a socket left behind by a killed plugin fails fast as 'stale'", async (t) 
 });
 
 test("a listener that answers garbage and hangs up fails fast as 'not-grpc'", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const listener = await startRawListener(path.join(dir, "garbage.sock"), (socket) => socket.end("HELLO\r\n"));
   t.after(() => listener.close());
   const failure = await getInfoFailure(listener.socketPath, { connectTimeoutMs: 10_000 });
@@ -157,7 +152,7 @@ test("a listener that answers garbage and hangs up fails fast as 'not-grpc'", as
 });
 
 test("an HTTP/1.1 server fails fast as 'not-grpc', naming the protocol error", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const listener = await startRawListener(path.join(dir, "http1.sock"), (socket) =>
     socket.once("data", () => socket.write("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")),
   );
@@ -169,7 +164,7 @@ test("an HTTP/1.1 server fails fast as 'not-grpc', naming the protocol error", a
 });
 
 test("a listener that accepts but never completes the HTTP/2 handshake is bounded by the connect timeout ('deadline')", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const listener = await startRawListener(path.join(dir, "silent.sock"), () => {});
   t.after(() => listener.close());
   const failure = await getInfoFailure(listener.socketPath, { connectTimeoutMs: 200 });
@@ -179,7 +174,7 @@ test("a listener that accepts but never completes the HTTP/2 handshake is bounde
 });
 
 test("a plugin killed during a ListAndWatch stream fails the stream as 'disconnected'", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const plugin = await spawnRegistrationPlugin(path.join(dir, "dying.sock"), { name: "dying" }, [{ ID: "gpu-0", health: "Healthy" }]);
   t.after(() => plugin.kill());
   const channel = dialUnix(plugin.socketPath);
@@ -197,7 +192,7 @@ test("each kind of failure reads differently", () => {
 });
 
 test("a gRPC error status from the plugin is classified 'status' and keeps its message", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await startGrpcServer(path.join(dir, "refusing.sock"), [
     [
       pluginRegistration().service,
@@ -215,7 +210,7 @@ test("a gRPC error status from the plugin is classified 'status' and keeps its m
 });
 
 test("a channel reaches a plugin restarted on the same path again (re-dial after the peer went away)", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const socketPath = path.join(dir, "restarting.sock");
   const channel = dialUnix(socketPath);
   t.after(() => channel.close());
@@ -229,7 +224,7 @@ test("a channel reaches a plugin restarted on the same path again (re-dial after
 });
 
 test("no descriptor stays open after calls complete and their channels close", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const plugin = await spawnRegistrationPlugin(path.join(dir, "plugin.sock"), { name: "fd-check" }, [{ ID: "d0", health: "Healthy" }]);
   t.after(() => plugin.stop());
   const stalePath = path.join(dir, "stale.sock");
@@ -272,7 +267,7 @@ async function abortedStream(socketPath: string): Promise<void> {
 }
 
 test("closing a channel fails its calls in flight as 'canceled' and refuses new ones", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   let callArrived!: () => void;
   const arrived = new Promise<void>((resolve) => (callArrived = resolve));
   const peer = await startGrpcServer(path.join(dir, "hang.sock"), [
@@ -313,7 +308,7 @@ function dialInChildProcess(args: string[], boundMs: number): Promise<{ code: nu
 }
 
 test("after close() a channel keeps nothing alive: the process exits on its own", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const plugin = await spawnRegistrationPlugin(path.join(dir, "p.sock"), { name: "exit-check" });
   t.after(() => plugin.stop());
   const served = await dialInChildProcess([plugin.socketPath, "60000", "5000"], 5_000);
@@ -331,7 +326,7 @@ test("after close() a channel keeps nothing alive: the process exits on its own"
 // --- serveUnix -------------------------------------------------------------
 
 test("serveUnix.close() ends an open WatchEvents stream at once and aborts its handler", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   let handlerAborted!: () => void;
   const aborted = new Promise<void>((resolve) => (handlerAborted = resolve));
   const server = await serveUnix(path.join(dir, "api.sock"), (router) =>
@@ -363,7 +358,7 @@ test("serveUnix.close() ends an open WatchEvents stream at once and aborts its h
 });
 
 test("serveUnix error messages reach grpc-js and Connect clients unmangled", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const message = "version v9: unsupported; see /var/lib/kubelet/device-plugins/ (100% sure) — ü";
   const server = await serveUnix(path.join(dir, "api.sock"), (router) =>
     router.service(Agent, {

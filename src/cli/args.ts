@@ -1,10 +1,9 @@
 /**
- * Strict argument parsing shared by every command: unknown flags are usage
- * errors, `--help` short-circuits, and the global `--log-level` is accepted
- * everywhere.
+ * Strict argument parsing shared by every command: unknown flags and bad
+ * values are usage errors naming the flag. `--help` and the global
+ * `--log-level` never get here: main (cli.ts) handles them for every command.
  */
 import { parseArgs } from "node:util";
-import { isLogLevel, type LogLevel } from "../log/logger.ts";
 import { parseDuration } from "../policy/duration.ts";
 import { UsageError } from "./command.ts";
 
@@ -20,8 +19,6 @@ type ValueOf<S extends OptionSpec> = S["type"] extends "boolean"
 export interface ParsedArgs<S extends OptionSpecs> {
   values: { [K in keyof S]: ValueOf<S[K]> };
   positionals: string[];
-  help: boolean;
-  logLevel: LogLevel | undefined;
 }
 
 /** Parses `args` against `options`; throws UsageError naming the bad flag or value. */
@@ -35,18 +32,12 @@ export function parseCommandArgs<S extends OptionSpecs>(
   try {
     parsed = parseArgs({
       args,
-      options: { ...options, help: { type: "boolean", short: "h" }, "log-level": { type: "string" } },
+      options,
       allowPositionals: true,
       strict: true,
     }) as typeof parsed;
   } catch (error) {
     throw new UsageError(`edgeplug ${command}: ${(error as Error).message}`);
-  }
-  const logLevel = parsed.values["log-level"] as string | undefined;
-  if (logLevel !== undefined && !isLogLevel(logLevel)) {
-    throw new UsageError(
-      `edgeplug ${command}: --log-level: expected one of debug, info, warn, error, got ${JSON.stringify(logLevel)}`,
-    );
   }
   if (!positionals && parsed.positionals.length > 0) {
     throw new UsageError(`edgeplug ${command}: unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
@@ -54,8 +45,6 @@ export function parseCommandArgs<S extends OptionSpecs>(
   return {
     values: parsed.values as unknown as ParsedArgs<S>["values"],
     positionals: parsed.positionals,
-    help: parsed.values.help === true,
-    logLevel,
   };
 }
 

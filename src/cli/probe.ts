@@ -37,10 +37,6 @@ export const probeCommand: Command = {
       { config: { type: "string" }, output: { type: "string" } },
       { positionals: true },
     );
-    if (parsed.help) {
-      io.stdout(usage);
-      return EXIT_OK;
-    }
     if (parsed.positionals.length !== 1) {
       throw new UsageError("edgeplug probe: expected exactly one SOCKET argument");
     }

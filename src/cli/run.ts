@@ -59,10 +59,6 @@ export const runCommand: Command = {
   usage,
   async run(args, io) {
     const parsed = parseCommandArgs("run", args, options);
-    if (parsed.help) {
-      io.stdout(usage);
-      return EXIT_OK;
-    }
     const { values } = parsed;
     const once = values["reconcile-once"] === true;
     if (!once) {

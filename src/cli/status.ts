@@ -46,10 +46,6 @@ export const statusCommand: Command = {
   usage,
   async run(args, io) {
     const parsed = parseCommandArgs("status", args, options);
-    if (parsed.help) {
-      io.stdout(usage);
-      return EXIT_OK;
-    }
     const output = outputFlag("status", parsed.values.output);
     const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config);
     const channel = dialUnix(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });

@@ -30,10 +30,6 @@ export const validateCommand: Command = {
   usage,
   async run(args, io) {
     const parsed = parseCommandArgs("validate", args, { config: { type: "string" } });
-    if (parsed.help) {
-      io.stdout(usage);
-      return EXIT_OK;
-    }
     try {
       const policy = await resolvePolicy(parsed.values.config);
       io.log.debug("policy is valid", { source: policy.source });

@@ -32,10 +32,6 @@ export const versionCommand: Command = {
   usage,
   async run(args, io) {
     const parsed = parseCommandArgs("version", args, { verbose: { type: "boolean" } });
-    if (parsed.help) {
-      io.stdout(usage);
-      return EXIT_OK;
-    }
     const lines = [versionLine()];
     if (parsed.values.verbose) {
       // Loaded here, not at the top: load.ts brings ajv and yaml, which plain `version` does not need.

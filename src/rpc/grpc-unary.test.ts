@@ -6,24 +6,18 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import * as fs from "node:fs";
 import * as http2 from "node:http2";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { PluginInfoSchema, Registration, RegistrationStatusSchema } from "../gen/pluginregistration/v1/api_pb.ts";
-import { makeSocketDir, startGrpcServer } from "../../test/support/grpc-peers.ts";
+import { startGrpcServer } from "../../test/support/grpc-peers.ts";
+import { tempDir } from "../../test/support/temp-dir.ts";
 import { pluginRegistration } from "../../test/support/kubelet-protos.ts";
 import { decodeGrpcMessage, FrameReader, grpcTimeout } from "./grpc-unary.ts";
 import { classifyRpcError, type RpcFailure } from "./rpc-error.ts";
 import { dialUnix, type DialOptions, type UnixChannel } from "./unix-channel.ts";
-
-function socketDir(t: { after(fn: () => void): void }): string {
-  const dir = makeSocketDir();
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 function channelTo(t: { after(fn: () => Promise<void>): void }, socketPath: string, options: DialOptions = {}): UnixChannel {
   const channel = dialUnix(socketPath, options);
@@ -135,7 +129,7 @@ function answerWith(body: Buffer) {
 // --- grpc-js peers --------------------------------------------------------------
 
 test("an error status from grpc-js (a trailers-only response) keeps its code, message and metadata", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await grpcJsPlugin(t, path.join(dir, "p.sock"), {
     GetInfo: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => {
       const metadata = new grpc.Metadata();
@@ -152,7 +146,7 @@ test("an error status from grpc-js (a trailers-only response) keeps its code, me
 });
 
 test("grpc-message is percent-decoded: what the plugin wrote is what the caller reads", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const details = "version v9: unsupported; see /var/lib/kubelet/plugins_registry/ (100% sure) — ü";
   const peer = await grpcJsPlugin(t, path.join(dir, "p.sock"), {
     GetInfo: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => callback({ code: grpc.status.FAILED_PRECONDITION, details }),
@@ -171,7 +165,7 @@ test("decodeGrpcMessage decodes percent-encoded UTF-8 and keeps what does not de
 });
 
 test("response headers and trailers reach onHeader and onTrailer", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await grpcJsPlugin(t, path.join(dir, "p.sock"), {
     GetInfo: (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const header = new grpc.Metadata();
@@ -196,7 +190,7 @@ test("response headers and trailers reach onHeader and onTrailer", async (t) => 
 });
 
 test("an answer larger than readMaxBytes is refused, and the channel still serves the next call", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await grpcJsPlugin(t, path.join(dir, "p.sock"), {
     GetInfo: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => callback(null, { type: "acme.io/Sensor", name: "x".repeat(4096) }),
   });
@@ -208,7 +202,7 @@ test("an answer larger than readMaxBytes is refused, and the channel still serve
 });
 
 test("an aborted call fails as 'canceled' and the plugin sees the cancellation", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   let sawCall!: () => void;
   const arrived = new Promise<void>((resolve) => (sawCall = resolve));
   let sawCancel!: () => void;
@@ -232,7 +226,7 @@ test("an aborted call fails as 'canceled' and the plugin sees the cancellation",
 // --- bare HTTP/2 peers ----------------------------------------------------------
 
 test("the request carries gRPC's headers, a grpc-timeout only when there is a deadline, and one frame", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), answerWith(frame(pluginInfo("raw"))));
   const client = createClient(Registration, channelTo(t, peer.socketPath).transport);
   assert.equal((await client.getInfo({}, { timeoutMs: 1_500 })).name, "raw");
@@ -252,7 +246,7 @@ test("the request carries gRPC's headers, a grpc-timeout only when there is a de
 });
 
 test("the request message is sent in one uncompressed frame", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), answerWith(frame(new Uint8Array(0))));
   const client = createClient(Registration, channelTo(t, peer.socketPath).transport);
   await client.notifyRegistrationStatus({ pluginRegistered: false, error: "no handler for acme.io/Sensor" });
@@ -264,7 +258,7 @@ test("the request message is sent in one uncompressed frame", async (t) => {
 });
 
 test("a status in the response headers (trailers-only) is read without trailers", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), (stream) =>
     stream.respond({ ...GRPC_HEADERS, "grpc-status": "5", "grpc-message": "no such plugin%3A gpu-0" }, { endStream: true }),
   );
@@ -274,7 +268,7 @@ test("a status in the response headers (trailers-only) is read without trailers"
 });
 
 test("an HTTP error status or another content type is 'not-grpc', naming what came back", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const notFound = await rawPeer(t, path.join(dir, "404.sock"), (stream) => stream.respond({ ":status": 404 }, { endStream: true }));
   const html = await rawPeer(t, path.join(dir, "html.sock"), (stream) => {
     stream.respond({ ":status": 200, "content-type": "text/html" });
@@ -289,7 +283,7 @@ test("an HTTP error status or another content type is 'not-grpc', naming what ca
 });
 
 test("malformed frames fail as 'not-grpc' with what was wrong", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const info = pluginInfo("raw");
   const cases: Array<[string, Buffer, RegExp]> = [
     ["flags.sock", frame(info, 0x80), /malformed gRPC response .*: a frame with flags 0x80/],
@@ -306,7 +300,7 @@ test("malformed frames fail as 'not-grpc' with what was wrong", async (t) => {
 });
 
 test("a message protobuf cannot decode fails naming the message type", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   // Field 2 (name, a string) announced 50 bytes long, 1 byte present.
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), answerWith(frame(Uint8Array.from([0x12, 50, 0x61]))));
   const failure = await failureOf(() => createClient(Registration, channelTo(t, peer.socketPath).transport).getInfo({}));
@@ -315,7 +309,7 @@ test("a message protobuf cannot decode fails naming the message type", async (t)
 });
 
 test("an answer without a gRPC status, or a connection dropped mid-call, is 'disconnected'", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const noStatus = await rawPeer(t, path.join(dir, "cut.sock"), (stream) => {
     stream.respond(GRPC_HEADERS);
     stream.end(frame(pluginInfo("cut")));
@@ -332,7 +326,7 @@ test("an answer without a gRPC status, or a connection dropped mid-call, is 'dis
 });
 
 test("an already aborted signal fails the call without connecting", async (t) => {
-  const dir = socketDir(t);
+  const dir = tempDir(t);
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), answerWith(frame(pluginInfo("raw"))));
   const failure = await failureOf(() =>
     createClient(Registration, channelTo(t, peer.socketPath).transport).getInfo({}, { signal: AbortSignal.abort() }),

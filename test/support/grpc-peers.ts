@@ -10,7 +10,6 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
-import { makeShortTempDir } from "./temp-dir.ts";
 
 /** A service definition (from kubelet-protos.ts) and the handlers that serve it. */
 export type ServiceBinding = [definition: grpc.ServiceDefinition, implementation: grpc.UntypedServiceImplementation];
@@ -87,11 +86,6 @@ export function readStream<Res>(stream: grpc.ClientReadableStream<Res>, count: n
     stream.on("error", reject);
     stream.on("end", () => reject(new Error(`stream ended after ${received.length} of ${count} messages`)));
   });
-}
-
-/** A fresh short-named directory for sockets (unix socket paths must stay under 108 bytes). */
-export function makeSocketDir(): string {
-  return makeShortTempDir();
 }
 
 export interface RawListener {
