@@ -8,7 +8,6 @@ import process from "node:process";
 import { EdgeplugAgent } from "../agent.ts";
 import { buildReport, reportToText, type Expectations } from "../api/report.ts";
 import { buildStatus } from "../api/status.ts";
-import { SocketInUseError } from "../api/socket-guard.ts";
 import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
@@ -79,12 +78,7 @@ export const runCommand: Command = {
 
 async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {
   const agent = new EdgeplugAgent({ policy, log: io.log });
-  try {
-    await agent.start();
-  } catch (error) {
-    io.stderr(`edgeplug: cannot start: ${startFailure(error)}\n`);
-    return EXIT_FAILURE;
-  }
+  if (!(await started(() => agent.start(), io))) return EXIT_FAILURE;
   // SIGHUP re-reads the policy; reloads run one at a time, in arrival order.
   let reloads = Promise.resolve();
   const onHangup = () => {
@@ -123,12 +117,7 @@ async function reconcileOnce(
   const startedAt = new Date();
   const { expectations } = settings;
   const manager = new PluginManager({ policy, log: io.log });
-  try {
-    await manager.start();
-  } catch (error) {
-    io.stderr(`edgeplug: cannot start: ${startFailure(error)}\n`);
-    return EXIT_FAILURE;
-  }
+  if (!(await started(() => manager.start(), io))) return EXIT_FAILURE;
   const done = (plugins: PluginRecord[]) => {
     const registered = plugins.filter((plugin) => plugin.state === "registered");
     return (
@@ -173,7 +162,13 @@ function countFlag(value: string | undefined): number {
   return Number(value);
 }
 
-function startFailure(error: unknown): string {
-  if (error instanceof SocketInUseError) return error.message;
-  return error instanceof Error ? error.message : String(error);
+/** Runs `start`; when it fails (a socket in use, a directory it cannot create), says why on stderr (exit 1). */
+async function started(start: () => Promise<void>, io: CommandIO): Promise<boolean> {
+  try {
+    await start();
+    return true;
+  } catch (error) {
+    io.stderr(`edgeplug: cannot start: ${error instanceof Error ? error.message : String(error)}\n`);
+    return false;
+  }
 }
