@@ -107,12 +107,13 @@ test("a stale socket (its plugin was killed) is reported stale once 100 ms have 
   const elapsed = Date.now() - justFound.discoveredAt.getTime();
   assert.equal(outcome.state, "stale");
   assert.match(outcome.error!, /connection refused/);
-  assert.ok(elapsed >= 100 && elapsed < 150, `stale ${elapsed} ms after discovery: it may still be between bind() and listen() until 100 ms`);
+  assert.ok(elapsed >= 100, `stale ${elapsed} ms after discovery: it may still be between bind() and listen() until 100 ms`);
+  assert.ok(elapsed < 1000, `stale ${elapsed} ms after discovery: the grace ends at 100 ms, not at the 5 s dial timeout`);
 
   const started = performance.now();
   const retry = await registerPlugin({ ...justFound, discoveredAt: new Date(Date.now() - 1000) }, ctx, signal());
   assert.equal(retry.state, "stale");
-  assert.ok(performance.now() - started < 50, "a socket known for a while is stale at the first refusal");
+  assert.ok(performance.now() - started < 1000, "a socket known for a while is stale at the first refusal, not after the 5 s dial timeout");
 });
 
 test("an attempt aborted while it waits for a just-found socket to listen ends at once", async (t) => {
@@ -120,11 +121,13 @@ test("an attempt aborted while it waits for a just-found socket to listen ends a
   const socket = path.join(dir, "dead.sock");
   await leaveStaleSocket(socket);
   const controller = new AbortController();
-  const attempt = registerPlugin(desired(socket), context(dir, recordingHandler().handler), controller.signal);
+  // Found "in the future", so its grace lasts 10 s: only the abort can end the attempt early.
+  const foundLater = { ...desired(socket), discoveredAt: new Date(Date.now() + 10_000) };
+  const attempt = registerPlugin(foundLater, context(dir, recordingHandler().handler), controller.signal);
   setTimeout(() => controller.abort(new Error("socket removed")), 10);
   const started = performance.now();
   assert.equal((await attempt).state, "aborted");
-  assert.ok(performance.now() - started < 50, "not held until the 100 ms grace ends");
+  assert.ok(performance.now() - started < 5000, "not held until the grace ends");
 });
 
 test("a socket that accepts and answers garbage is failed, not stale", async (t) => {
