@@ -72,6 +72,14 @@ export class DesiredStateOfWorld {
     return this.#sockets.has(socket);
   }
 
+  /**
+   * The desired socket paths in no particular order: for the watcher, which
+   * scans them on every event and must not pay for a sort each time.
+   */
+  paths(): string[] {
+    return [...this.#sockets.keys()];
+  }
+
   /** Every desired socket, sorted by path. */
   sockets(): DesiredSocket[] {
     return [...this.#sockets.values()].sort((a, b) => compare(a.socket, b.socket));

@@ -83,8 +83,8 @@ export class PluginWatcher {
   setDirs(dirs: readonly WatchDir[]): void {
     this.#dirs = resolved(dirs);
     if (!this.#running) return;
-    for (const desired of this.#dsw.sockets()) {
-      if (!this.#watchable(path.dirname(desired.socket))) this.#dsw.remove(desired.socket);
+    for (const socket of this.#dsw.paths()) {
+      if (!this.#watchable(path.dirname(socket))) this.#dsw.remove(socket);
     }
     for (const dir of [...this.#watched.keys()]) {
       if (!this.#watchable(dir)) this.#unwatch(dir);
@@ -139,8 +139,8 @@ export class PluginWatcher {
     const walked = new Set<string>();
     this.#walk(dir, found, walked);
     for (const [socket, inode] of found) this.#dsw.addOrUpdate(socket, inode, this.#now());
-    for (const desired of this.#dsw.sockets()) {
-      if (isUnder(desired.socket, dir) && !found.has(desired.socket)) this.#dsw.remove(desired.socket);
+    for (const socket of this.#dsw.paths()) {
+      if (isUnder(socket, dir) && !found.has(socket)) this.#dsw.remove(socket);
     }
     for (const watchedDir of [...this.#watched.keys()]) {
       if ((watchedDir === dir || isUnder(watchedDir, dir)) && !walked.has(watchedDir)) this.#unwatch(watchedDir);
@@ -174,8 +174,8 @@ export class PluginWatcher {
 
   /** Forgets sockets and watchers under `target` (and `target`'s own watcher unless keepSelf). */
   #forgetTree(target: string, options: { keepSelf: boolean }): void {
-    for (const desired of this.#dsw.sockets()) {
-      if (isUnder(desired.socket, target)) this.#dsw.remove(desired.socket);
+    for (const socket of this.#dsw.paths()) {
+      if (isUnder(socket, target)) this.#dsw.remove(socket);
     }
     for (const dir of [...this.#watched.keys()]) {
       if (isUnder(dir, target) || (dir === target && !options.keepSelf)) this.#unwatch(dir);
