@@ -141,7 +141,7 @@ test("a socket re-created at the same path re-registers exactly once, also when 
   assert.equal(manager.plugins().find((p) => p.socket === socket)!.name, "acme.io/v3");
 });
 
-test("a stale socket is reported stale within 150 ms of discovery and does not delay other plugins; a new socket at its path resets its backoff", async (t) => {
+test("a stale socket is reported stale soon after its 100 ms listen grace and does not delay other plugins; a new socket at its path resets its backoff", async (t) => {
   const dir = tempDir(t);
   const stale = path.join(dir, "dead.sock");
   await leaveStaleSocket(stale);
@@ -155,7 +155,8 @@ test("a stale socket is reported stale within 150 ms of discovery and does not d
   await good.waitForNotify();
   await until(manager, () => stateOf(manager, stale) === "stale", "stale");
   const record = manager.plugins().find((p) => p.socket === stale)!;
-  assert.ok(staleAt - record.discoveredAt.getTime() < 150, `stale ${staleAt - record.discoveredAt.getTime()} ms after discovery`);
+  // About 100 ms; the bound leaves room for a loaded CI machine, far below the 5 s dial timeout.
+  assert.ok(staleAt - record.discoveredAt.getTime() < 500, `stale ${staleAt - record.discoveredAt.getTime()} ms after discovery`);
   assert.match(record.error!, /connection refused/);
   const order = changes.filter((c) => c.plugin.state !== "pending").map((c) => `${path.basename(c.plugin.socket)} ${c.plugin.state}`);
   assert.deepEqual(order, ["good.sock registered", "dead.sock stale"], "the good plugin did not wait for the stale one");
