@@ -14,9 +14,21 @@ import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
+import { GenericHandler } from "./handlers/generic.ts";
 import type { Logger } from "./log/logger.ts";
 import type { Policy } from "./policy/types.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
+import type { HandlerFactories } from "./pluginmanager/types.ts";
+
+/**
+ * The plugin handlers of this build, by built-in type or `generic`: the one
+ * place where concrete handlers meet the plugin manager. Built-ins join here
+ * as they land (a factory returning a view of a long-lived manager, so that
+ * a policy reload does not lose its state).
+ */
+export function handlerFactories(): HandlerFactories {
+  return { generic: (policy) => new GenericHandler(policy) };
+}
 
 export interface AgentOptions {
   policy: Policy;
@@ -65,7 +77,7 @@ export class EdgeplugAgent {
       isStalled: options.isStalled,
     });
     this.metrics = policy.api.metrics === null ? null : createMetrics({ plugins: () => this.manager.plugins() });
-    this.manager = new PluginManager({ policy, log, observer: this.#observer() });
+    this.manager = new PluginManager({ policy, log, handlers: handlerFactories(), observer: this.#observer() });
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
       this.events.publish({

@@ -3,6 +3,7 @@
  * once, with socket, type, name and reason; nothing on resyncs that change
  * nothing (an unattended node's log must not grow by itself).
  */
+import { handlerFactories } from "../src/agent.ts";
 import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
@@ -21,6 +22,7 @@ test("outcomes are logged once each, and resyncs that change nothing log nothing
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], resyncMs: 10, handlers: ["acme.io/Sensor"] }),
     log,
+    handlers: handlerFactories(),
     observer: { heartbeat: () => (passes++, onPass()) },
   });
   t.after(() => manager.stop());

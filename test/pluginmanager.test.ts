@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
+import { handlerFactories } from "../src/agent.ts";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
@@ -254,6 +255,7 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], timeouts: { getInfoMs: 30_000 } }),
     log: quietLog,
+    handlers: handlerFactories(),
     observer: { attemptEnded: (attempt) => attempts.push(attempt) },
   });
   t.after(() => manager.stop());
@@ -308,13 +310,13 @@ test("stop aborts a hanging registration, closes every watcher, timer and connec
   const dir = tempDir(t);
   const descriptors = () => fs.readdirSync("/proc/self/fd").length;
   // Warm-up: libuv's inotify descriptor and http2 stay for the process's life.
-  const warm = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "warm")] }), log: quietLog });
+  const warm = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "warm")] }), log: quietLog, handlers: handlerFactories() });
   await warm.start();
   await warm.stop();
   fs.mkdirSync(path.join(dir, "r"));
   const hang = await startTestPlugin(t, { socketPath: path.join(dir, "r", "hang.sock"), info: sensor(), hangGetInfo: true });
   const before = descriptors();
-  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "r"), path.join(dir, "s")], timeouts: { getInfoMs: 30_000 } }), log: quietLog });
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "r"), path.join(dir, "s")], timeouts: { getInfoMs: 30_000 } }), log: quietLog, handlers: handlerFactories() });
   await manager.start();
   fs.mkdirSync(path.join(dir, "r", "sub"));
   await hang.waitForGetInfo();
@@ -332,7 +334,7 @@ test("stop aborts a hanging registration, closes every watcher, timer and connec
 test("start fails naming a watch directory it cannot create", async (t) => {
   const dir = tempDir(t);
   fs.writeFileSync(path.join(dir, "file"), "");
-  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "file", "registry")] }), log: quietLog });
+  const manager = new PluginManager({ policy: testPolicy({ watch: [path.join(dir, "file", "registry")] }), log: quietLog, handlers: handlerFactories() });
   await assert.rejects(manager.start(), /cannot create watch directory .*file\/registry/);
   await manager.stop();
 });

@@ -4,8 +4,8 @@
  * and why it would be refused. Sends no NotifyRegistrationStatus.
  */
 import { resolvePolicy } from "../policy/load.ts";
-import { defaultHandlerFactories } from "../pluginmanager/manager.ts";
-import { HandlerSet } from "../pluginmanager/handlers.ts";
+import { handlerFactories } from "../agent.ts";
+import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { probePlugin, type ProbeResult } from "../pluginmanager/registration.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
@@ -42,7 +42,7 @@ export const probeCommand: Command = {
     }
     const output = outputFlag("probe", parsed.values.output);
     const policy = await resolvePolicy(parsed.values.config);
-    const result = await probePlugin(parsed.positionals[0]!, policy, new HandlerSet(policy, defaultHandlerFactories));
+    const result = await probePlugin(parsed.positionals[0]!, policy, new HandlerSet(policy, handlerFactories(), { connectionLost() {} }));
     io.stdout(output === "json" ? JSON.stringify(probeToJson(result), null, 2) + "\n" : probeToText(result));
     return result.info ? EXIT_OK : EXIT_FAILURE;
   },

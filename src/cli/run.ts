@@ -5,7 +5,7 @@
  */
 import { once } from "node:events";
 import process from "node:process";
-import { EdgeplugAgent } from "../agent.ts";
+import { EdgeplugAgent, handlerFactories } from "../agent.ts";
 import { buildReport, reportToText, type Expectations } from "../api/report.ts";
 import { buildStatus } from "../api/status.ts";
 import type { Logger } from "../log/logger.ts";
@@ -116,7 +116,7 @@ async function reconcileOnce(
 ): Promise<number> {
   const startedAt = new Date();
   const { expectations } = settings;
-  const manager = new PluginManager({ policy, log: io.log });
+  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories() });
   if (!(await started(() => manager.start(), io))) return EXIT_FAILURE;
   const done = (plugins: PluginRecord[]) => {
     const registered = plugins.filter((plugin) => plugin.state === "registered");

@@ -13,18 +13,9 @@ const plugin = (socket: string, versions = ["v1"]): PluginRegistration => ({
   versions,
 });
 
-test("versions: any advertised version in the policy's list is enough; none is refused naming both lists", async () => {
-  const handler = createGenericHandler(policy(["v1", "v2"]));
-  await handler.validatePlugin(plugin("/r/a.sock", ["v0", "v2"]));
-  await assert.rejects(handler.validatePlugin(plugin("/r/a.sock", ["v3"])), {
-    message: `none of the plugin's versions ["v3"] is accepted by handler acme.io/Sensor (versions ["v1","v2"])`,
-  });
-});
-
-test("versions: null accepts any, even none", async () => {
-  const handler = createGenericHandler(policy(null));
-  await handler.validatePlugin(plugin("/r/a.sock", []));
-  await handler.validatePlugin(plugin("/r/a.sock", ["anything"]));
+test("validation is the plugin manager's: the generic handler accepts what reaches it", async () => {
+  const handler = createGenericHandler(policy(["v1"]));
+  await handler.validatePlugin();
 });
 
 test("ten sockets with one name are all tracked, with endpoint and versions; deregistering one keeps the others", async () => {

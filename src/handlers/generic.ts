@@ -1,11 +1,10 @@
 /**
  * The generic handler: any plugin type the policy declares with
- * `kind: generic`. It checks the advertised versions against the policy
- * (null accepts any) and records each plugin by its registration socket, so
- * that several sockets carrying one name are all tracked.
+ * `kind: generic`. The plugin manager has already applied the policy's name
+ * and version rules; this handler records each plugin by its registration
+ * socket, so that several sockets carrying one name are all tracked.
  */
 import type { HandlerPolicy } from "../policy/types.ts";
-import { versionRefusal } from "../pluginmanager/handlers.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 
 export class GenericHandler implements PluginHandler {
@@ -16,10 +15,7 @@ export class GenericHandler implements PluginHandler {
     this.policy = policy;
   }
 
-  async validatePlugin(plugin: PluginRegistration): Promise<void> {
-    const refusal = versionRefusal(this.policy, plugin.versions);
-    if (refusal) throw new Error(refusal);
-  }
+  async validatePlugin(): Promise<void> {}
 
   async registerPlugin(plugin: PluginRegistration): Promise<void> {
     this.#plugins.set(plugin.socket, { ...plugin, versions: [...plugin.versions] });

@@ -12,11 +12,9 @@
  * await manager.stop();
  * ```
  */
-import { createGenericHandler } from "../handlers/generic.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy, WatchDir } from "../policy/types.ts";
-import type { HandlerFactories } from "./handlers.ts";
-import { HandlerSet } from "./handlers.ts";
+import { HandlerSet } from "./handler-set.ts";
 import type { Clock } from "./operations.ts";
 import { OperationExecutor, systemClock } from "./operations.ts";
 import { Reconciler } from "./reconciler.ts";
@@ -24,11 +22,8 @@ import type { AttemptOutcome, RegistrationContext } from "./registration.ts";
 import { registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, RegisteredPlugin } from "./state.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
-import type { PluginChange, PluginRecord } from "./types.ts";
+import type { HandlerContext, HandlerFactories, PluginChange, PluginRecord, PluginRegistration } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
-
-/** The handlers of this build: only `generic`; built-ins join as their issues land. */
-export const defaultHandlerFactories: HandlerFactories = { generic: createGenericHandler };
 
 /** What the manager reports for metrics and health; every method is optional and must not throw. */
 export interface PluginManagerObserver {
@@ -49,8 +44,8 @@ export interface PluginManagerOptions {
   policy: Policy;
   log: Logger;
   observer?: PluginManagerObserver;
-  /** Merged over {@link defaultHandlerFactories}; keyed by built-in type or `generic`. */
-  handlers?: HandlerFactories;
+  /** The handler factories of this build, keyed by built-in type or `generic` (the composition root's). */
+  handlers: HandlerFactories;
   clock?: Clock;
 }
 
@@ -66,6 +61,9 @@ const STOP_GRACE_MS = 1500;
 
 export class PluginManager {
   readonly #factories: HandlerFactories;
+  readonly #handlerContext: HandlerContext;
+  /** Connections lost while the socket's operation was still running: applied when it ends. */
+  readonly #lostWhileRegistering = new Map<string, { plugin: PluginRegistration; reason: string }>();
   readonly #log: Logger;
   readonly #clock: Clock;
   readonly #observer: PluginManagerObserver;
@@ -90,12 +88,19 @@ export class PluginManager {
     this.#log = options.log;
     this.#clock = options.clock ?? systemClock;
     this.#observer = options.observer ?? {};
-    this.#factories = { ...defaultHandlerFactories, ...options.handlers };
-    this.#context = { policy, handlers: new HandlerSet(policy, this.#factories), asw: this.#asw, log: this.#log, clock: this.#clock };
+    this.#factories = options.handlers;
+    this.#handlerContext = { connectionLost: (plugin, reason) => this.#connectionLost(plugin, reason) };
+    const handlers = new HandlerSet(policy, this.#factories, this.#handlerContext);
+    this.#context = { policy, handlers, asw: this.#asw, log: this.#log, clock: this.#clock };
     this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock: this.#clock,
-      onReady: (socket) => this.#reconciler.reconcile(socket),
+      onReady: (socket) => {
+        const lost = this.#lostWhileRegistering.get(socket);
+        this.#lostWhileRegistering.delete(socket);
+        if (lost) this.#connectionLost(lost.plugin, lost.reason);
+        this.#reconciler.reconcile(socket);
+      },
     });
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log: this.#log, now: () => this.#now() });
     this.#reconciler = new Reconciler({
@@ -159,7 +164,7 @@ export class PluginManager {
   applyPolicy(policy: Policy): void {
     if (this.#phase === "stopped") return;
     const previous = { ...this.#context };
-    const handlers = new HandlerSet(policy, this.#factories, previous.handlers);
+    const handlers = new HandlerSet(policy, this.#factories, this.#handlerContext, previous.handlers);
     this.#context.policy = policy;
     this.#context.handlers = handlers;
     this.#policyGeneration++;
@@ -291,6 +296,27 @@ export class PluginManager {
       return;
     }
     if (outcome.state !== "registered") throw new Error(outcome.error ?? outcome.state);
+  }
+
+  /**
+   * A handler says a registered plugin's connection dropped: it is
+   * deregistered, marked stale and registered again after a backoff window.
+   */
+  #connectionLost(lost: PluginRegistration, reason: string): void {
+    if (this.#phase !== "running") return;
+    const plugin = this.#asw.get(lost.socket);
+    if (!plugin || plugin.registration.name !== lost.name || plugin.registration.endpoint !== lost.endpoint) return;
+    if (this.#executor.isRunning(plugin.socket)) {
+      this.#lostWhileRegistering.set(plugin.socket, { plugin: lost, reason });
+      return;
+    }
+    this.#unregister(plugin);
+    this.#executor.backOff(plugin.socket);
+    const record = this.#recordOf(plugin);
+    if (!record) return;
+    Object.assign(record, { state: "stale", error: reason, registeredAt: null });
+    this.#log.warn("plugin connection lost", fieldsOf(record));
+    this.#emit(record, false);
   }
 
   /** Deregisters a plugin the current policy refuses; its record goes back to pending, with the reason. */

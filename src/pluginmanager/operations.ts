@@ -83,6 +83,17 @@ export class OperationExecutor {
     return "started";
   }
 
+  /**
+   * Counts a failure for `key` without running anything (a registered
+   * plugin's connection dropped): its next operation waits out the window.
+   */
+  backOff(key: string): void {
+    if (this.#stopped) return;
+    const state = this.#keys.get(key) ?? { failures: 0, retryAt: 0 };
+    this.#keys.set(key, state);
+    this.#openWindow(key, state);
+  }
+
   /** Backoff for the failures to come; windows already open keep their end. */
   setBackoff(backoff: BackoffPolicy): void {
     this.#backoff = backoff;
@@ -138,6 +149,10 @@ export class OperationExecutor {
 
   #failed(key: string, state: KeyState, signal: AbortSignal): void {
     if (signal.aborted || this.#stopped) return;
+    this.#openWindow(key, state);
+  }
+
+  #openWindow(key: string, state: KeyState): void {
     state.failures++;
     const delay = Math.min(this.#backoff.initialMs * 2 ** (state.failures - 1), this.#backoff.maxMs);
     state.retryAt = this.#clock.now() + delay;

@@ -8,7 +8,7 @@ import { testPolicy } from "../../test/support/policy.ts";
 import type { TestPolicyOptions } from "../../test/support/policy.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
-import { HandlerSet } from "./handlers.ts";
+import { HandlerSet } from "./handler-set.ts";
 import { probePlugin, registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, inodeOf } from "./state.ts";
@@ -45,7 +45,7 @@ function desired(socket: string): DesiredSocket {
 /** A registration context for `dir` whose `acme.io/Sensor` handler is `handler`. */
 function context(dir: string, handler: PluginHandler, policy: Partial<TestPolicyOptions> = {}): RegistrationContext {
   const full = testPolicy({ watch: [dir], handlers: { "acme.io/Sensor": {}, DevicePlugin: {} }, ...policy });
-  return { policy: full, handlers: new HandlerSet(full, { generic: () => handler }), asw: new ActualStateOfWorld(), log };
+  return { policy: full, handlers: new HandlerSet(full, { generic: () => handler }, { connectionLost() {} }), asw: new ActualStateOfWorld(), log };
 }
 
 const signal = () => AbortSignal.timeout(10_000);

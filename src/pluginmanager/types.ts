@@ -3,6 +3,7 @@
  * like from outside (status, events) and what a handler for a plugin type
  * implements. Nothing here knows about gRPC.
  */
+import type { HandlerPolicy } from "../policy/types.ts";
 
 /** SPEC.md section 5: `pending` until the first attempt ends, then one of the others. */
 export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;
@@ -42,7 +43,9 @@ export interface PluginRegistration {
 /**
  * A handler for one plugin type, as the kubelet's PluginHandler: validate,
  * register, deregister. Several sockets may carry the same name; handlers
- * key their state by socket (or endpoint), never by name alone.
+ * key their state by socket (or endpoint), never by name alone. The plugin
+ * manager has already checked the policy's name and version rules (and the
+ * input bounds) before `validatePlugin`: a handler checks only what is its own.
  */
 export interface PluginHandler {
   /** Throws an Error whose message is sent to the plugin when it is refused. */
@@ -52,6 +55,32 @@ export interface PluginHandler {
   /** Never dials the plugin; must not throw. */
   deregisterPlugin(plugin: PluginRegistration): void;
 }
+
+/** What the plugin manager offers the handlers it builds. */
+export interface HandlerContext {
+  /**
+   * A registered plugin's service connection dropped (device plugin
+   * ListAndWatch ended, DRA channel lost): the plugin manager marks it
+   * `stale` with this reason, emits an event, calls the handler's
+   * `deregisterPlugin` (the handler keeps what it must for a grace period)
+   * and registers it again with backoff. A plugin that is not (or no longer)
+   * registered with that handler is ignored. Never throws.
+   */
+  connectionLost(plugin: PluginRegistration, reason: string): void;
+}
+
+/**
+ * Builds the handler for one declared type. Keyed by the built-in type name
+ * (`DevicePlugin`, `CSIPlugin`, `DRAPlugin`) or by `generic` for every
+ * `kind: generic` type. Handlers are rebuilt when a policy reload changes
+ * their handler policy: state that must survive a reload lives outside the
+ * handler (a factory returns a view of a long-lived manager). A factory must
+ * not start anything: `probe` builds handlers only to tell which one would
+ * take a plugin.
+ */
+export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
+/** Handler factories by built-in type or `generic`, handed in by the composition root (src/agent.ts). */
+export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
 
 export interface PluginChange {
   plugin: PluginRecord;

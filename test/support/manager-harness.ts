@@ -7,10 +7,10 @@ import { EventEmitter } from "node:events";
 import type { TestContext } from "node:test";
 import { createLogger } from "../../src/log/logger.ts";
 import type { Logger } from "../../src/log/logger.ts";
-import type { HandlerFactories } from "../../src/pluginmanager/handlers.ts";
+import { handlerFactories } from "../../src/agent.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";
-import type { PluginChange, PluginRecord } from "../../src/pluginmanager/types.ts";
+import type { HandlerFactories, PluginChange, PluginRecord } from "../../src/pluginmanager/types.ts";
 import { waitForEvent } from "./fake-plugin.ts";
 import { testPolicy } from "./policy.ts";
 import type { TestPolicyOptions } from "./policy.ts";
@@ -19,7 +19,7 @@ import type { TestPolicyOptions } from "./policy.ts";
 export const quietLog = createLogger({ level: "error", format: "text" });
 
 export interface StartManagerOptions {
-  /** Merged over the default handler factories. */
+  /** Merged over the agent's handler factories. */
   handlers?: HandlerFactories;
   observer?: PluginManagerObserver;
   /** Default: {@link quietLog}. */
@@ -35,7 +35,7 @@ export async function startManager(
   const manager = new PluginManager({
     policy: testPolicy(policy),
     log: options.log ?? quietLog,
-    handlers: options.handlers,
+    handlers: { ...handlerFactories(), ...options.handlers },
     observer: options.observer,
   });
   const changes: PluginChange[] = [];

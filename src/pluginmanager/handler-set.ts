@@ -1,16 +1,16 @@
 /**
- * The handlers the policy declares, by plugin type. A declared type whose
- * handler this build does not have (a built-in not written yet) stays in the
- * set as unavailable, so that its plugins are told why they are refused.
- *
- * Later issues plug real built-in handlers in through {@link HandlerFactories}:
- * `{ DevicePlugin: (policy) => deviceManager.handler(policy) }`.
+ * The set of handlers the policy declares, by plugin type, built from the
+ * factories the composition root hands in. A declared type whose handler
+ * this build does not have (a built-in not written yet) stays in the set as
+ * unavailable, so that its plugins are told why they are refused. The
+ * policy's name and version rules for a handler are checked here, once, for
+ * every handler.
  */
 import { isDeepStrictEqual } from "node:util";
 import type { Logger } from "../log/logger.ts";
 import { globMatch, nameAllowed } from "../policy/glob.ts";
 import type { HandlerPolicy, Policy } from "../policy/types.ts";
-import type { PluginHandler } from "./types.ts";
+import type { HandlerContext, HandlerFactories, PluginHandler } from "./types.ts";
 
 /** A declared handler this build has. */
 export interface AvailableHandler {
@@ -30,15 +30,6 @@ export interface UnavailableHandler {
 
 export type HandlerEntry = AvailableHandler | UnavailableHandler;
 
-/**
- * Builds the handler for one declared type. Keyed by the built-in type name
- * (`DevicePlugin`, `CSIPlugin`, `DRAPlugin`) or by `generic` for every
- * `kind: generic` type. A factory must not start anything: `probe` builds
- * handlers only to tell which one would take a plugin.
- */
-export type HandlerFactory = (policy: HandlerPolicy) => PluginHandler;
-export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
-
 export class HandlerSet {
   readonly #entries = new Map<string, HandlerEntry>();
 
@@ -47,7 +38,7 @@ export class HandlerSet {
    * reload), a type whose handler policy is unchanged keeps its entry and
    * handler instance; the others get new ones.
    */
-  constructor(policy: Policy, factories: HandlerFactories, previous?: HandlerSet) {
+  constructor(policy: Policy, factories: HandlerFactories, context: HandlerContext, previous?: HandlerSet) {
     for (const [type, handlerPolicy] of policy.handlers) {
       const kept = previous?.get(type);
       if (kept && isDeepStrictEqual(kept.policy, handlerPolicy)) {
@@ -58,7 +49,7 @@ export class HandlerSet {
       this.#entries.set(
         type,
         factory
-          ? { type, policy: handlerPolicy, handler: factory(handlerPolicy) }
+          ? { type, policy: handlerPolicy, handler: factory(handlerPolicy, context) }
           : { type, policy: handlerPolicy, unavailable: `handler ${type} is not available in this build` },
       );
     }
