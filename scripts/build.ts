@@ -92,6 +92,8 @@ async function main(): Promise<void> {
     disableExperimentalSEAWarning: true,
     useCodeCache: true,
     useSnapshot: false,
+    execArgv: ["--disable-sigusr1"],
+    execArgvExtension: "cli",
   };
   fs.writeFileSync(seaConfigFile, JSON.stringify(seaConfig, null, 2) + "\n");
   execFileSync(nodeBinary, ["--experimental-sea-config", seaConfigFile], { stdio: ["ignore", "pipe", "pipe"] });

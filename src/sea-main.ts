@@ -8,4 +8,11 @@
 import process from "node:process";
 import { runAsProcess } from "./cli/entry.ts";
 
+// The executable ignores NODE_OPTIONS and SIGUSR1 (its SEA configuration); only the
+// debug switch `--node-options=...` as first argument can open an inspector. A root
+// agent with an open inspector runs code for anyone who reaches the port: say so.
+if (process.execArgv.some((arg) => /^--inspect(-brk|-wait)?(=|$)/.test(arg))) {
+  process.stderr.write("edgeplug: warning: the Node inspector is open (debug switch --node-options): do not run so in production\n");
+}
+
 void runAsProcess(process.argv.slice(2));
