@@ -22,6 +22,13 @@ const unitMs: Record<string, number> = {
 const durationPattern = /^(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))*$/;
 const termPattern = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/g;
 
+/**
+ * The longest duration a timer can wait: Node (and browsers) keep delays in a
+ * signed 32-bit millisecond count and run a longer timer after 1 ms instead.
+ * Every duration that reaches a timer is checked against it.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** A JSON Schema `pattern` that accepts exactly what {@link parseDuration} accepts. */
 export const DURATION_PATTERN = durationPattern.source;
 

@@ -1,17 +1,20 @@
 /**
  * The JSON Schema of the whole policy (SPEC.md section 2). It is the contract:
- * `validate` accepts exactly what it describes, unknown keys are errors, and
- * every property carries a `description` the README's policy reference is
- * checked against. Rules a schema cannot express (unique watch paths, declared
- * handler types, backoff ordering, a handler declared twice) live in load.ts.
+ * `validate` accepts exactly what it describes, unknown keys are errors, every
+ * property carries a `description`, and every default a value can have is
+ * declared here once, as a `default` keyword that ajv applies (`useDefaults`).
+ * docs/policy.md, config/default.yaml and the precompiled validator
+ * (gen/policy-validator.ts, made by scripts/generate-policy.ts) derive from
+ * it. Rules a schema cannot express (unique watch paths, declared handler
+ * types, backoff ordering, duration bounds, a key given twice) live in rules.ts.
+ *
+ * This module evaluates no ajv: commands validate with the precompiled code.
  *
  * @example
  * ```ts
- * const validate = policyValidator();
- * validate({ version: 1, watch: [{ path: "/var/lib/kubelet/plugins_registry" }] }); // true
+ * schemaNodeAt("#/properties/reconcile/properties/resync"); // { ..., default: "10s" }
  * ```
  */
-import { Ajv, type ValidateFunction } from "ajv";
 import { DURATION_PATTERN } from "./duration.ts";
 import { BUILTIN_PLUGIN_TYPES } from "./types.ts";
 import { LOG_FORMATS, LOG_LEVELS } from "../log/logger.ts";
@@ -40,28 +43,43 @@ export function expectedPhrase(schema: unknown): string | undefined {
   return typeof schema === "object" && schema !== null ? expectedPhrases.get(schema) : undefined;
 }
 
-const duration = (description: string): Schema =>
+const duration = (description: string, defaultValue: string): Schema =>
   expecting('a duration like "30s"', {
     description: `${description} (a Go duration like "500ms", "10s", "2m2s")`,
     type: "string",
     pattern: POLICY_DURATION_PATTERN,
+    default: defaultValue,
   });
 
-const absolutePath = (description: string): Schema =>
-  expecting("an absolute path", { description, type: "string", pattern: ABSOLUTE_PATH_PATTERN });
+const absolutePath = (description: string, defaultValue?: string): Schema =>
+  expecting("an absolute path", {
+    description,
+    type: "string",
+    pattern: ABSOLUTE_PATH_PATTERN,
+    ...(defaultValue === undefined ? {} : { default: defaultValue }),
+  });
 
-const nullableAbsolutePath = (description: string): Schema =>
-  expecting("an absolute path or null", { description, type: ["string", "null"], pattern: ABSOLUTE_PATH_PATTERN });
+const nullableAbsolutePath = (description: string, defaultValue: string): Schema =>
+  expecting("an absolute path or null", {
+    description,
+    type: ["string", "null"],
+    pattern: ABSOLUTE_PATH_PATTERN,
+    default: defaultValue,
+  });
 
-const positiveInteger = (description: string): Schema =>
-  expecting("an integer of at least 1", { description, type: "integer", minimum: 1 });
+const positiveInteger = (description: string, defaultValue: number): Schema =>
+  expecting("an integer of at least 1", { description, type: "integer", minimum: 1, default: defaultValue });
 
+/**
+ * A mapping of settings. An optional section defaults to `{}`, so that ajv
+ * goes on to fill in the defaults of its keys when the section is left out.
+ */
 const section = (description: string, properties: Record<string, Schema>, required: string[] = []): Schema =>
   expecting(`a mapping with the keys ${Object.keys(properties).join(", ")}`, {
     description,
     type: "object",
     additionalProperties: false,
-    ...(required.length > 0 ? { required } : {}),
+    ...(required.length > 0 ? { required } : { default: {} }),
     properties,
   });
 
@@ -79,12 +97,14 @@ const handlerFields: Record<string, Schema> = {
     items: nonEmptyString,
   }),
   allow: stringList("a list of plugin-name globs", {
-    description: 'Plugin-name globs accepted (`*` matches any run of characters, `/` included); default ["*"]',
+    description: "Plugin-name globs accepted (`*` matches any run of characters, `/` included)",
     items: anyString,
+    default: ["*"],
   }),
   deny: stringList("a list of plugin-name globs", {
-    description: "Plugin-name globs refused; deny wins over allow; default []",
+    description: "Plugin-name globs refused; deny wins over allow",
     items: anyString,
+    default: [],
   }),
 };
 
@@ -108,7 +128,7 @@ export const GENERIC_HANDLER_SCHEMA: Schema = expecting("a mapping with kind: ge
   },
 });
 
-/** The policy's JSON Schema (draft-07). Export for documentation checks; validate with {@link policyValidator}. */
+/** The policy's JSON Schema (draft-07), `default` keywords included. */
 export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at least version and watch", {
   $schema: "http://json-schema.org/draft-07/schema#",
   title: "edgeplug policy",
@@ -131,7 +151,7 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
         "One registration directory",
         {
           path: absolutePath("Absolute path of the directory; created when missing; unique among watch entries"),
-          recursive: expecting("true or false", { description: "Watch sub-directories too; default true", type: "boolean" }),
+          recursive: expecting("true or false", { description: "Watch sub-directories too", type: "boolean", default: true }),
           types: stringList("a non-empty list of declared handler types", {
             description: "Plugin types accepted from this directory, each a declared handler; default: every declared handler",
             minItems: 1,
@@ -150,28 +170,31 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
       propertyNames: expecting("a non-empty plugin type", { type: "string", minLength: 1 }),
       properties: Object.fromEntries(BUILTIN_PLUGIN_TYPES.map((type) => [type, builtinHandler(type)])),
       additionalProperties: GENERIC_HANDLER_SCHEMA,
+      default: Object.fromEntries(BUILTIN_PLUGIN_TYPES.map((type) => [type, {}])),
     }),
     devicePlugins: section("Device plugin settings", {
       registrationSocket: nullableAbsolutePath(
-        "Socket of the v1beta1 Registration server device plugins call Register on; null disables it; default /var/lib/kubelet/device-plugins/kubelet.sock",
+        "Socket of the v1beta1 Registration server device plugins call Register on; null disables it",
+        "/var/lib/kubelet/device-plugins/kubelet.sock",
       ),
-      gracePeriod: duration("How long a disconnected resource is kept before it disappears; default 5m"),
+      gracePeriod: duration("How long a disconnected resource is kept before it disappears", "5m"),
     }),
     checkpoint: section("Device state that survives restarts", {
       path: absolutePath(
-        "File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format; default /var/lib/edgeplug/kubelet_internal_checkpoint",
+        "File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format",
+        "/var/lib/edgeplug/kubelet_internal_checkpoint",
       ),
     }),
     reconcile: section("Registration timing", {
-      resync: duration("Period of the full resync that catches missed events; above 0; default 10s"),
+      resync: duration("Period of the full resync that catches missed events; above 0", "10s"),
       backoff: section("Per-socket exponential backoff between registration attempts", {
-        initial: duration("First retry delay; above 0 and at most max; default 500ms"),
-        max: duration("Longest retry delay; above 0; default 2m2s"),
+        initial: duration("First retry delay; above 0 and at most max", "500ms"),
+        max: duration("Longest retry delay; above 0", "2m2s"),
       }),
       timeouts: section("Deadlines of the registration calls; each above 0", {
-        dial: duration("Connecting to a plugin socket, HTTP/2 handshake included; default 10s"),
-        getInfo: duration("The GetInfo call; default 1s"),
-        notify: duration("The NotifyRegistrationStatus call; default 5s"),
+        dial: duration("Connecting to a plugin socket, HTTP/2 handshake included", "10s"),
+        getInfo: duration("The GetInfo call", "1s"),
+        notify: duration("The NotifyRegistrationStatus call", "5s"),
       }),
     }),
     security: section("Limits on what plugins may do", {
@@ -181,49 +204,71 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
         minItems: 1,
         items: expecting("a uid (an integer from 0 to 4294967295)", { type: "integer", minimum: 0, maximum: 4294967295 }),
       }),
-      maxPlugins: positiveInteger("Most plugins registered at once; default 1024"),
-      maxDevicesPerResource: positiveInteger("Most devices one resource may advertise; default 100000"),
+      maxPlugins: positiveInteger("Most plugins registered at once", 1024),
+      maxDevicesPerResource: positiveInteger("Most devices one resource may advertise", 100_000),
     }),
     api: section("The local API and metrics", {
-      socket: nullableAbsolutePath("Unix socket of the local API (SPEC.md section 4); null disables it; default /run/edgeplug/api.sock"),
+      socket: nullableAbsolutePath("Unix socket of the local API; null disables it", "/run/edgeplug/api.sock"),
       socketGroup: expecting("a group name or null", {
-        description: "Group owning the API socket (mode 0660) so non-root operators can use status; default: unchanged",
+        description: "Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged",
         type: ["string", "null"],
         minLength: 1,
+        default: null,
       }),
       metrics: expecting('a host:port like "127.0.0.1:9478" or null', {
-        description: "host:port serving Prometheus /metrics, /healthz and /readyz; null disables it; default null",
+        description: "host:port serving Prometheus /metrics, /healthz and /readyz; null disables it",
         type: ["string", "null"],
         pattern: LISTEN_ADDRESS_PATTERN,
+        default: null,
       }),
     }),
     log: section("Logging to stderr", {
       level: expecting(`one of ${LOG_LEVELS.join(", ")}`, {
-        description: "Least severe level written; default info",
+        description: "Least severe level written",
         type: "string",
         enum: [...LOG_LEVELS],
+        default: "info",
       }),
       format: expecting(`one of ${LOG_FORMATS.join(", ")}`, {
-        description: "json lines or key=value text; default json",
+        description: "json lines or key=value text",
         type: "string",
         enum: [...LOG_FORMATS],
+        default: "json",
       }),
     }),
   },
 });
 
-let compiled: ValidateFunction | undefined;
-
-/** ajv options for {@link POLICY_SCHEMA}: every error collected, failing schema and data kept on each error. */
-export const POLICY_AJV_OPTIONS = { allErrors: true, verbose: true, strict: true, allowUnionTypes: true } as const;
+/**
+ * ajv options of the precompiled validator: every error collected, defaults
+ * filled in. `unicode: false` counts string lengths with `.length` (only
+ * `minLength: 1` is used, where that is the same) so the generated code needs
+ * no ajv runtime module.
+ */
+export const POLICY_AJV_OPTIONS = {
+  allErrors: true,
+  strict: true,
+  allowUnionTypes: true,
+  useDefaults: true,
+  unicode: false,
+} as const;
 
 /**
- * The compiled validator, compiled once on first use. Checking the schema
- * against the draft-07 meta-schema and optimising the generated code would
- * more than double the compile time (~100 ms instead of ~40 ms on a 2-core
- * machine) on every start; schema.test.ts does that check instead.
+ * The schema node an ajv `schemaPath` names (`#/properties/log/properties/level/enum`
+ * names the `enum` keyword's value; drop the last segment for the node that holds it).
  */
-export function policyValidator(): ValidateFunction {
-  compiled ??= new Ajv({ ...POLICY_AJV_OPTIONS, validateSchema: false, code: { optimize: false } }).compile(POLICY_SCHEMA);
-  return compiled;
+export function schemaNodeAt(schemaPath: string): unknown {
+  let node: unknown = POLICY_SCHEMA;
+  for (const raw of schemaPath.replace(/^#\/?/, "").split("/")) {
+    if (raw === "") continue;
+    if (typeof node !== "object" || node === null) return undefined;
+    node = (node as Record<string, unknown>)[raw.replaceAll("~1", "/").replaceAll("~0", "~")];
+  }
+  return node;
 }
+
+/** The default of a handler's `allow` and `deny`, for a built-in handler given as null (ajv fills mappings only). */
+export const HANDLER_LIST_DEFAULTS = {
+  allow: handlerFields.allow!.default as string[],
+  deny: handlerFields.deny!.default as string[],
+};
