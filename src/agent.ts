@@ -7,7 +7,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
-import { PluginEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
+import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { EventStream } from "./api/event-stream.ts";
@@ -15,7 +15,10 @@ import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { GenericHandler } from "./handlers/generic.ts";
-import type { Logger } from "./log/logger.ts";
+import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
+import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
+import type { UnixServer } from "./rpc/unix-server.ts";
+import { createLogger, type Logger } from "./log/logger.ts";
 import type { Policy } from "./policy/types.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 import type { HandlerFactories } from "./pluginmanager/types.ts";
@@ -26,8 +29,22 @@ import type { HandlerFactories } from "./pluginmanager/types.ts";
  * as they land (a factory returning a view of a long-lived manager, so that
  * a policy reload does not lose its state).
  */
-export function handlerFactories(): HandlerFactories {
-  return { generic: (policy) => new GenericHandler(policy) };
+export function handlerFactories(devices: DeviceManager = detachedDeviceManager()): HandlerFactories {
+  return {
+    generic: (policy) => new GenericHandler(policy),
+    DevicePlugin: (policy, context) => devices.handler(policy, context),
+  };
+}
+
+/** A device manager for callers that only validate (probe) or bring no agent: in memory, quiet. */
+function detachedDeviceManager(): DeviceManager {
+  return new DeviceManager({
+    log: createLogger({ level: "error" }),
+    gracePeriodMs: 300_000,
+    maxDevicesPerResource: 100_000,
+    dialTimeoutMs: 10_000,
+    store: null,
+  });
 }
 
 export interface AgentOptions {
@@ -54,6 +71,7 @@ const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
 
 export class EdgeplugAgent {
   readonly manager: PluginManager;
+  readonly devices: DeviceManager;
   readonly events: EventStream;
   readonly health: Health;
   readonly metrics: AgentMetrics | null;
@@ -63,6 +81,7 @@ export class EdgeplugAgent {
   readonly #beforeDiscovery: (() => Promise<void>) | undefined;
   #api: ApiSocketServer | null = null;
   #metricsEndpoint: MetricsEndpoint | null = null;
+  #registrationServer: UnixServer | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
@@ -77,7 +96,19 @@ export class EdgeplugAgent {
       isStalled: options.isStalled,
     });
     this.metrics = policy.api.metrics === null ? null : createMetrics({ plugins: () => this.manager.plugins() });
-    this.manager = new PluginManager({ policy, log, handlers: handlerFactories(), observer: this.#observer() });
+    this.devices = new DeviceManager({
+      log,
+      gracePeriodMs: policy.devicePlugins.gracePeriodMs,
+      maxDevicesPerResource: policy.security.maxDevicesPerResource,
+      dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+      store: null,
+    });
+    this.manager = new PluginManager({
+      policy,
+      log,
+      observer: this.#observer(),
+      handlers: handlerFactories(this.devices),
+    });
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
       this.events.publish({
@@ -85,6 +116,7 @@ export class EdgeplugAgent {
         value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin), removed }),
       }),
     );
+    this.devices.subscribe((change) => this.#publishDeviceChange(change));
   }
 
   /**
@@ -100,7 +132,7 @@ export class EdgeplugAgent {
         this.#api = await serveApiSocket({
           socketPath: api.socket,
           group: api.socketGroup,
-          routes: agentRoutes({ status: () => this.status(), events: this.events }),
+          routes: agentRoutes({ status: () => this.status(), events: this.events, devices: this.devices }),
           log: this.#log,
         });
         this.health.markDone(GATE_API_SERVING);
@@ -112,6 +144,10 @@ export class EdgeplugAgent {
           health: this.health,
           log: this.#log,
         });
+      }
+      const { registrationSocket } = this.#policy.devicePlugins;
+      if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) {
+        this.#registrationServer = await serveRegistration({ socketPath: registrationSocket, manager: this.devices, log: this.#log });
       }
       await this.#beforeDiscovery?.();
       await this.manager.start();
@@ -135,7 +171,12 @@ export class EdgeplugAgent {
   }
 
   status(): StatusResponse {
-    return buildStatus({ node: this.#policy.nodeName, plugins: this.manager.plugins() });
+    return buildStatus({
+      node: this.#policy.nodeName,
+      plugins: this.manager.plugins(),
+      resources: this.devices.resources(),
+      allocations: this.devices.allocations(),
+    });
   }
 
   /**
@@ -161,6 +202,11 @@ export class EdgeplugAgent {
     };
     this.#log.configure(effective.log);
     this.health.setResyncPeriod(effective.reconcile.resyncMs);
+    this.devices.applySettings({
+      gracePeriodMs: effective.devicePlugins.gracePeriodMs,
+      maxDevicesPerResource: effective.security.maxDevicesPerResource,
+      dialTimeoutMs: effective.reconcile.timeouts.dialMs,
+    });
     this.manager.applyPolicy(effective);
     this.#policy = effective;
     this.#log.info("policy reloaded", { policy: next.source, restartNeeded: needRestart.map(([key]) => key) });
@@ -170,10 +216,28 @@ export class EdgeplugAgent {
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.events.close();
-      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.manager.stop()]);
+      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop()]);
+      await this.devices.stop();
       this.metrics?.close();
     })();
     return this.#stopped;
+  }
+
+  /** Resource and allocation events for WatchEvents, built only while someone watches. */
+  #publishDeviceChange(change: DeviceChange): void {
+    if (this.events.subscriberCount === 0) return;
+    if (change.kind === "resource") {
+      const resource = this.devices.resource(change.resource);
+      this.events.publish({
+        case: "resource",
+        value: create(ResourceEventSchema, { resource: resource ?? { name: change.resource }, removed: change.removed }),
+      });
+      return;
+    }
+    this.events.publish({
+      case: "allocation",
+      value: create(AllocationEventSchema, { owner: change.owner, allocations: this.devices.allocations(change.owner), released: change.released }),
+    });
   }
 
   #observer(): PluginManagerObserver {

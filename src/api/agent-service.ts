@@ -1,17 +1,21 @@
 /**
  * The edgeplug.v1.Agent service: status and events from the agent's state.
- * Allocation arrives with the device manager; until then Allocate and
- * Release answer Unimplemented with a reason a person understands.
+ * Allocate and Release go to the device manager (allocation-service.ts);
+ * without one they answer Unimplemented with a reason a person understands.
  */
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
+import { allocateDevices, releaseDevices } from "./allocation-service.ts";
 import type { EventStream } from "./event-stream.ts";
 
 export interface AgentServiceDeps {
   status: () => StatusResponse;
   events: EventStream;
+  /** Answers Allocate and Release; without it they are Unimplemented. */
+  devices?: DeviceManager;
 }
 
 const NO_DEVICE_MANAGER = "allocation needs the device manager, which is not in this build";
@@ -21,11 +25,13 @@ export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => 
     router.service(Agent, {
       status: () => deps.status(),
       watchEvents: (_request, context) => deps.events.subscribe(context.signal),
-      allocate: () => {
-        throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      allocate: (request) => {
+        if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+        return allocateDevices(deps.devices, request);
       },
-      release: () => {
-        throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      release: (request) => {
+        if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+        return releaseDevices(deps.devices, request);
       },
     });
 }

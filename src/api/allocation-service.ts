@@ -1,0 +1,35 @@
+/**
+ * edgeplug.v1.Agent's Allocate and Release, answered by the device manager.
+ * A refusal (the kubelet's error texts) is FailedPrecondition, a malformed
+ * request InvalidArgument; the message is what `edgeplug allocate` prints.
+ */
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { AllocateRequest, AllocateResponse, ReleaseRequest, ReleaseResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import { AllocateResponseSchema, ReleaseResponseSchema, ResourceAllocationSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { AllocationError } from "../handlers/deviceplugin/allocation.ts";
+import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
+
+/** `--container`'s default (SPEC.md section 5). */
+export const DEFAULT_CONTAINER = "main";
+
+export async function allocateDevices(devices: DeviceManager, request: AllocateRequest): Promise<AllocateResponse> {
+  try {
+    const granted = await devices.allocate({
+      owner: request.owner,
+      container: request.container === "" ? DEFAULT_CONTAINER : request.container,
+      resources: request.resources.map(({ resource, count }) => ({ resource, count })),
+    });
+    return create(AllocateResponseSchema, {
+      allocations: granted.map((grant) => create(ResourceAllocationSchema, grant)),
+    });
+  } catch (error) {
+    if (error instanceof AllocationError) throw new ConnectError(error.message, Code.FailedPrecondition);
+    throw error;
+  }
+}
+
+export function releaseDevices(devices: DeviceManager, request: ReleaseRequest): ReleaseResponse {
+  if (request.owner === "") throw new ConnectError("owner is required", Code.InvalidArgument);
+  return create(ReleaseResponseSchema, { released: devices.release(request.owner) });
+}

@@ -1,0 +1,129 @@
+/**
+ * Allocation as the kubelet does it at pod admission, for one owner and
+ * container: per resource, healthy free devices chosen the kubelet's way
+ * (topology.ts), the plugin's Allocate, then PreStartContainer when the
+ * plugin requires it. Errors are the kubelet's texts. All or nothing: when
+ * any resource fails, nothing of the request is recorded.
+ */
+import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
+import { entryDeviceIds } from "./pod-devices.ts";
+import type { ResourceTable } from "./resources.ts";
+import { chooseDevices, groupByNode } from "./topology.ts";
+
+export interface ResourceRequest {
+  resource: string;
+  count: number;
+}
+
+export interface AllocationRequest {
+  owner: string;
+  container: string;
+  resources: ResourceRequest[];
+}
+
+export interface GrantedAllocation {
+  owner: string;
+  container: string;
+  resource: string;
+  devices: string[];
+  response: ContainerAllocateResponse;
+}
+
+/** A refusal whose message is the reason the caller sees (the kubelet's wording where it has one). */
+export class AllocationError extends Error {
+  override name = "AllocationError";
+}
+
+/** Bounds on what an API client may ask (edgeplug's, the kubelet takes these from the pod spec). */
+export const MAX_OWNER_LENGTH = 253;
+export const MAX_CONTAINER_LENGTH = 63;
+export const MAX_RESOURCES_PER_REQUEST = 64;
+
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
+
+export function checkRequest(request: AllocationRequest, maxCount: number): void {
+  const text = (what: string, value: string, max: number) => {
+    if (value === "") throw new AllocationError(`${what} is required`);
+    if (value.length > max) throw new AllocationError(`${what} is longer than ${max} characters`);
+    if (CONTROL_CHARACTER.test(value)) throw new AllocationError(`${what} ${JSON.stringify(value)} contains a control character`);
+  };
+  text("owner", request.owner, MAX_OWNER_LENGTH);
+  text("container", request.container, MAX_CONTAINER_LENGTH);
+  if (request.resources.length === 0) throw new AllocationError("no resource requested (RESOURCE=COUNT)");
+  if (request.resources.length > MAX_RESOURCES_PER_REQUEST) {
+    throw new AllocationError(`${request.resources.length} resources requested; at most ${MAX_RESOURCES_PER_REQUEST} per request`);
+  }
+  const seen = new Set<string>();
+  for (const { resource, count } of request.resources) {
+    text("resource", resource, 316);
+    if (seen.has(resource)) throw new AllocationError(`resource ${resource} is requested twice`);
+    seen.add(resource);
+    if (!Number.isInteger(count) || count < 1 || count > maxCount) {
+      throw new AllocationError(`count for ${resource} must be between 1 and ${maxCount}, got ${count}`);
+    }
+  }
+}
+
+/**
+ * Runs the whole request; returns the granted allocations (existing ones for
+ * a repeated identical request) without recording them: the caller records
+ * them all at once.
+ */
+export async function allocate(
+  request: AllocationRequest,
+  resources: ResourceTable,
+  pods: PodDevices,
+): Promise<{ granted: GrantedAllocation[]; fresh: ContainerDevices[] }> {
+  const granted: GrantedAllocation[] = [];
+  const fresh: ContainerDevices[] = [];
+  for (const { resource, count } of request.resources) {
+    const existing = pods.get(request.owner, request.container, resource);
+    if (existing) {
+      const held = entryDeviceIds(existing);
+      if (held.length !== count) {
+        throw new AllocationError(
+          `pod ${request.owner} container ${request.container} changed request for resource ${resource} from ${held.length} to ${count}`,
+        );
+      }
+      granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
+      continue;
+    }
+    const state = resources.get(resource);
+    if (!state) throw new AllocationError(`cannot allocate unregistered device ${resource}`);
+    const healthy = resources.healthyIds(resource);
+    if (healthy.length === 0) throw new AllocationError(`no healthy devices present; cannot allocate unhealthy devices ${resource}`);
+    const taken = pods.allocatedIds(resource);
+    const free = healthy.filter((id) => !taken.has(id)).sort();
+    if (free.length < count) {
+      throw new AllocationError(`requested number of devices unavailable for ${resource}. Requested: ${count}, Available: ${free.length}`);
+    }
+    const endpoint = resources.primary(resource);
+    if (!endpoint) throw new AllocationError(`unknown Device Plugin ${resource}`);
+    const preferred = endpoint.options?.getPreferredAllocationAvailable
+      ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size)
+      : null;
+    const devices = await chooseDevices(state.devices, free, count, preferred).catch((error: unknown) => {
+      throw new AllocationError(`device plugin GetPreferredAllocation rpc failed with err: ${describe(error)}`);
+    });
+    if (devices.length < count) {
+      throw new AllocationError(`unexpectedly allocated less resources than required. Requested: ${count}, Got: ${devices.length}`);
+    }
+    const response = await endpoint.allocate(devices).catch((error: unknown) => {
+      throw new AllocationError(`device plugin Allocate rpc failed with err: ${describe(error)}`);
+    });
+    if (endpoint.options?.preStartRequired) {
+      await endpoint.preStartContainer(devices).catch((error: unknown) => {
+        throw new AllocationError(`device plugin PreStartContainer rpc failed with err: ${describe(error)}`);
+      });
+    }
+    const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
+    fresh.push(entry);
+    granted.push({ owner: request.owner, container: request.container, resource, devices, response });
+  }
+  return { granted, fresh };
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,143 @@
+/**
+ * The connection to one device plugin instance, keyed by (resource, socket):
+ * every call goes through a Connect client on the plugin's unix channel.
+ * `connect` dials and reads the plugin's options; `watch` keeps the
+ * ListAndWatch stream open and hands each validated message (the complete
+ * device list) to the listener, refusing a bad message without ending the
+ * stream; the listener hears once when the stream ends.
+ */
+import { createClient, type Client } from "@connectrpc/connect";
+import type { ContainerAllocateResponse, DevicePluginOptions, ListAndWatchResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { DevicePlugin } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
+import { deviceIdRefusal, HEALTHY, MAX_LIST_MESSAGE_BYTES } from "./names.ts";
+
+/** One device as the resource keeps it. */
+export interface DeviceInfo {
+  id: string;
+  healthy: boolean;
+  /** NUMA node ids from the plugin's topology; empty when it gave none. */
+  numaNodes: number[];
+}
+
+export interface EndpointListener {
+  /** A message that passed validation: the complete device list of the resource. */
+  devices(endpoint: DevicePluginEndpoint, devices: DeviceInfo[]): void;
+  /** A message that was refused; the previous list stays. */
+  refused(endpoint: DevicePluginEndpoint, reason: string): void;
+  /** The stream ended (plugin gone, closed, or failed); called once, not after close(). */
+  ended(endpoint: DevicePluginEndpoint, reason: string): void;
+}
+
+export interface EndpointOptions {
+  resource: string;
+  /** Absolute path of the plugin's DevicePlugin socket. */
+  socket: string;
+  dialTimeoutMs: number;
+  /** Largest device list accepted in one message (security.maxDevicesPerResource). */
+  maxDevices: number;
+}
+
+/** The kubelet's PreStartContainer deadline (KubeletPreStartContainerRPCTimeoutInSecs). */
+const PRE_START_TIMEOUT_MS = 30_000;
+/** edgeplug bounds the calls the kubelet leaves unbounded, so a hung plugin cannot hold an allocation forever. */
+const CALL_TIMEOUT_MS = 30_000;
+
+export class DevicePluginEndpoint {
+  readonly resource: string;
+  readonly socket: string;
+  options: DevicePluginOptions | null = null;
+  readonly #channel: UnixChannel;
+  readonly #client: Client<typeof DevicePlugin>;
+  readonly #maxDevices: number;
+  readonly #abort = new AbortController();
+  #closed = false;
+
+  constructor(options: EndpointOptions) {
+    this.resource = options.resource;
+    this.socket = options.socket;
+    this.#maxDevices = options.maxDevices;
+    this.#channel = dialUnix(options.socket, { connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES });
+    this.#client = createClient(DevicePlugin, this.#channel.transport);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Dials and reads the plugin's options (the kubelet's PluginConnected). */
+  async connect(signal?: AbortSignal): Promise<DevicePluginOptions> {
+    const callSignal = signal ? AbortSignal.any([signal, this.#abort.signal]) : this.#abort.signal;
+    this.options = await this.#client.getDevicePluginOptions({}, { signal: callSignal, timeoutMs: CALL_TIMEOUT_MS });
+    return this.options;
+  }
+
+  /** Opens ListAndWatch and feeds `listener` until the stream ends or {@link close} is called. */
+  watch(listener: EndpointListener): void {
+    void (async () => {
+      let reason = "ListAndWatch stream ended";
+      try {
+        for await (const message of this.#client.listAndWatch({}, { signal: this.#abort.signal })) {
+          if (this.#closed) return;
+          const checked = this.#check(message);
+          if (typeof checked === "string") listener.refused(this, checked);
+          else listener.devices(this, checked);
+        }
+      } catch (error) {
+        reason = `ListAndWatch stream failed: ${error instanceof Error ? error.message : String(error)}`;
+      }
+      if (!this.#closed) {
+        this.close();
+        listener.ended(this, reason);
+      }
+    })();
+  }
+
+  async getPreferredAllocation(available: string[], mustInclude: string[], size: number): Promise<string[]> {
+    const response = await this.#client.getPreferredAllocation(
+      { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
+      { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+    );
+    return response.containerResponses[0]?.deviceIDs ?? [];
+  }
+
+  async allocate(deviceIds: string[]): Promise<ContainerAllocateResponse> {
+    const response = await this.#client.allocate(
+      { containerRequests: [{ devicesIds: deviceIds }] },
+      { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+    );
+    const first = response.containerResponses[0];
+    if (!first) throw new Error(`no containers return in allocation response ${JSON.stringify({ containerResponses: [] })}`);
+    return first;
+  }
+
+  async preStartContainer(deviceIds: string[]): Promise<void> {
+    await this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#abort.signal, timeoutMs: PRE_START_TIMEOUT_MS });
+  }
+
+  /** Ends the stream and the connection; the listener is not told. Safe to call twice. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#abort.abort();
+    this.#channel.close();
+  }
+
+  /** The validated device list, or why the message is refused. */
+  #check(message: ListAndWatchResponse): DeviceInfo[] | string {
+    if (message.devices.length > this.#maxDevices) {
+      return `device list of ${message.devices.length} devices exceeds security.maxDevicesPerResource (${this.#maxDevices})`;
+    }
+    const seen = new Set<string>();
+    const devices: DeviceInfo[] = [];
+    for (const device of message.devices) {
+      const refusal = deviceIdRefusal(device.ID);
+      if (refusal) return refusal;
+      if (seen.has(device.ID)) return `device ID ${JSON.stringify(device.ID)} is listed twice`;
+      seen.add(device.ID);
+      const numaNodes = (device.topology?.nodes ?? []).map((node) => Number(node.ID));
+      devices.push({ id: device.ID, healthy: device.health === HEALTHY, numaNodes });
+    }
+    return devices;
+  }
+}

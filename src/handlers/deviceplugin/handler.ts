@@ -1,0 +1,52 @@
+/**
+ * The DevicePlugin handler of the watched-directory path (the kubelet's
+ * plugin-watcher mode): a thin view of the long-lived {@link DeviceManager},
+ * so a handler rebuilt by a policy reload sees the plugins registered with
+ * the previous one. ValidatePlugin checks the version and the extended
+ * resource name with the kubelet's texts; RegisterPlugin connects to the
+ * plugin's endpoint; DeRegisterPlugin disconnects it without dialling.
+ */
+import * as path from "node:path";
+import type { PluginHandler, PluginRegistration } from "../../pluginmanager/types.ts";
+import type { HandlerPolicy } from "../../policy/types.ts";
+import type { DeviceManager } from "./manager.ts";
+import { validationRefusal } from "./names.ts";
+
+/** The part of the plugin manager's HandlerContext this handler uses. */
+export interface ConnectionLostContext {
+  connectionLost(plugin: PluginRegistration, reason: string): void;
+}
+
+export class DevicePluginHandler implements PluginHandler {
+  readonly policy: HandlerPolicy;
+  readonly #manager: DeviceManager;
+  readonly #context: ConnectionLostContext | undefined;
+
+  constructor(manager: DeviceManager, policy: HandlerPolicy, context?: ConnectionLostContext) {
+    this.#manager = manager;
+    this.policy = policy;
+    this.#context = context;
+  }
+
+  async validatePlugin(plugin: PluginRegistration): Promise<void> {
+    const refusal = validationRefusal(plugin.name, plugin.versions);
+    if (refusal) throw new Error(refusal);
+  }
+
+  async registerPlugin(plugin: PluginRegistration, signal: AbortSignal): Promise<void> {
+    const context = this.#context;
+    await this.#manager.connect(plugin.name, endpointPath(plugin), {
+      signal,
+      onLost: context ? (reason) => context.connectionLost(plugin, reason) : undefined,
+    });
+  }
+
+  deregisterPlugin(plugin: PluginRegistration): void {
+    this.#manager.disconnect(plugin.name, endpointPath(plugin));
+  }
+}
+
+/** The DevicePlugin socket: the endpoint as given, a relative one taken from the registration socket's directory. */
+function endpointPath(plugin: PluginRegistration): string {
+  return path.resolve(path.dirname(plugin.socket), plugin.endpoint);
+}

@@ -1,0 +1,125 @@
+/**
+ * Who holds which devices: the kubelet's podDevices, keyed by owner (the
+ * checkpoint's PodUID), container and resource, each with the plugin's
+ * Allocate answer. It converts to and from the checkpoint's entries.
+ */
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+
+/** The checkpoint module's entry (HELPERS.md contract), repeated here so this file does not depend on it. */
+export interface PodDevicesEntry {
+  podUID: string;
+  containerName: string;
+  resourceName: string;
+  /** NUMA node (-1 when the device has no topology) -> device ids, in the kubelet's order */
+  deviceIDs: Map<number, string[]>;
+  /** the ContainerAllocateResponse as protobuf bytes (the kubelet's AllocResp) */
+  allocResp: Uint8Array;
+}
+
+export interface CheckpointData {
+  podDeviceEntries: PodDevicesEntry[];
+  /** healthy device ids per resource, as the kubelet writes RegisteredDevices */
+  registeredDevices: Map<string, string[]>;
+}
+
+export type RestoreResult =
+  | { kind: "missing" }
+  | { kind: "restored"; data: CheckpointData }
+  | { kind: "corrupt"; error: string; movedTo: string };
+
+/** What the device manager needs of the checkpoint store (CheckpointStore satisfies it). */
+export interface DeviceStateStore {
+  restore(): Promise<RestoreResult>;
+  write(data: CheckpointData): Promise<void>;
+}
+
+/** One container's devices of one resource. */
+export interface ContainerDevices {
+  owner: string;
+  container: string;
+  resource: string;
+  /** NUMA node (-1: none) -> device ids. */
+  byNode: Map<number, string[]>;
+  response: ContainerAllocateResponse;
+}
+
+export class PodDevices {
+  /** owner -> "container\0resource" -> devices; insertion order is the checkpoint's order. */
+  readonly #owners = new Map<string, Map<string, ContainerDevices>>();
+
+  get(owner: string, container: string, resource: string): ContainerDevices | undefined {
+    return this.#owners.get(owner)?.get(key(container, resource));
+  }
+
+  add(entry: ContainerDevices): void {
+    let containers = this.#owners.get(entry.owner);
+    if (!containers) this.#owners.set(entry.owner, (containers = new Map()));
+    containers.set(key(entry.container, entry.resource), entry);
+  }
+
+  /** Removes and returns every entry of `owner`. */
+  release(owner: string): ContainerDevices[] {
+    const entries = [...(this.#owners.get(owner)?.values() ?? [])];
+    this.#owners.delete(owner);
+    return entries;
+  }
+
+  ownerEntries(owner: string): ContainerDevices[] {
+    return [...(this.#owners.get(owner)?.values() ?? [])];
+  }
+
+  owners(): string[] {
+    return [...this.#owners.keys()];
+  }
+
+  *entries(): IterableIterator<ContainerDevices> {
+    for (const containers of this.#owners.values()) yield* containers.values();
+  }
+
+  /** Device ids held per resource, by any owner. */
+  allocatedIds(resource: string): Set<string> {
+    const ids = new Set<string>();
+    for (const entry of this.entries()) {
+      if (entry.resource !== resource) continue;
+      for (const list of entry.byNode.values()) for (const id of list) ids.add(id);
+    }
+    return ids;
+  }
+
+  toCheckpointEntries(): PodDevicesEntry[] {
+    return [...this.entries()].map((entry) => ({
+      podUID: entry.owner,
+      containerName: entry.container,
+      resourceName: entry.resource,
+      deviceIDs: new Map([...entry.byNode].map(([node, ids]) => [node, [...ids]])),
+      allocResp: toBinary(ContainerAllocateResponseSchema, entry.response),
+    }));
+  }
+
+  /** Adds the checkpoint's entries; returns those skipped because their AllocResp does not decode (as the kubelet does). */
+  restore(entries: PodDevicesEntry[]): string[] {
+    const skipped: string[] = [];
+    for (const entry of entries) {
+      let response: ContainerAllocateResponse;
+      try {
+        response = fromBinary(ContainerAllocateResponseSchema, entry.allocResp);
+      } catch (error) {
+        skipped.push(`${entry.podUID}/${entry.containerName}/${entry.resourceName}: ${error instanceof Error ? error.message : String(error)}`);
+        continue;
+      }
+      this.add({ owner: entry.podUID, container: entry.containerName, resource: entry.resourceName, byNode: entry.deviceIDs, response });
+    }
+    return skipped;
+  }
+}
+
+/** Every device id of an entry once, in node order (a device on two nodes is listed under both). */
+export function entryDeviceIds(entry: ContainerDevices): string[] {
+  return [...new Set([...entry.byNode.values()].flat())];
+}
+
+function key(container: string, resource: string): string {
+  return `${container}\u0000${resource}`;
+}

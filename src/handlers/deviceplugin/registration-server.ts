@@ -1,0 +1,148 @@
+/**
+ * The kubelet's side of `v1beta1.Registration` on
+ * `devicePlugins.registrationSocket` (kubelet.sock): device plugins call
+ * Register with their socket's file name relative to that directory, and
+ * the call returns once edgeplug has connected back (reference/kubelet-facts.md 6.1).
+ *
+ * The directory is prepared as the kubelet does, except that only stale
+ * sockets (that refuse connections) are removed: never the checkpoint,
+ * never a file that is not a socket, never a live plugin's socket. A live
+ * process on the registration socket itself is never taken over.
+ */
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import type { Logger } from "../../log/logger.ts";
+import { claimSocketPath } from "../../api/socket-guard.ts";
+import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
+import type { DeviceManager } from "./manager.ts";
+import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
+
+export interface RegistrationServerOptions {
+  socketPath: string;
+  manager: DeviceManager;
+  log: Logger;
+}
+
+/** Longest endpoint accepted in a RegisterRequest (a socket path cannot be longer anyway). */
+const MAX_ENDPOINT_LENGTH = 107;
+
+/** Prepares the directory and serves Register; close() stops serving and removes the socket. */
+export async function serveRegistration(options: RegistrationServerOptions): Promise<UnixServer> {
+  const { socketPath, manager } = options;
+  const log = options.log.with({ component: "registration-server" });
+  if (!path.isAbsolute(socketPath)) throw new Error(`bad socketPath, must be an absolute path: ${socketPath}`);
+  const directory = path.dirname(socketPath);
+  try {
+    fs.mkdirSync(directory, { recursive: true, mode: 0o750 });
+  } catch (error) {
+    throw new Error(`cannot create the device-plugin directory ${directory}: ${describe(error)}`);
+  }
+  await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
+  await removeStaleSockets(directory, socketPath, log);
+  const server = await serveUnix(socketPath, (router) =>
+    router.service(Registration, {
+      async register(request, context) {
+        const fields = { resource: request.resourceName, endpoint: request.endpoint, version: request.version };
+        const refuse = (message: string, code = Code.InvalidArgument): never => {
+          log.warn("device plugin registration refused", { ...fields, reason: message });
+          throw new ConnectError(message, code);
+        };
+        if (!SUPPORTED_VERSIONS.includes(request.version)) refuse(unsupportedVersionError(request.version));
+        if (!isExtendedResourceName(request.resourceName)) refuse(invalidResourceNameError(request.resourceName));
+        const endpoint = resolveEndpoint(directory, socketPath, request.endpoint);
+        if (typeof endpoint !== "string") return refuse(endpoint.refused);
+        const holder = manager.resourceOnSocket(endpoint);
+        if (holder !== undefined && holder !== request.resourceName) {
+          refuse(`endpoint ${JSON.stringify(request.endpoint)} is the socket of device plugin ${holder}; each resource registers its own socket`);
+        }
+        try {
+          await manager.connect(request.resourceName, endpoint, { signal: context.signal });
+        } catch (error) {
+          refuse(describe(error), Code.Unavailable);
+        }
+        log.info("device plugin registered", fields);
+        return {};
+      },
+    }),
+  );
+  log.info("device plugin registration socket serving", { socket: socketPath });
+  return server;
+}
+
+/** The absolute socket path of a Register endpoint, or why it is refused. */
+export function resolveEndpoint(directory: string, registrationSocket: string, endpoint: string): string | { refused: string } {
+  const quoted = JSON.stringify(endpoint);
+  if (endpoint === "") return { refused: `endpoint is empty: expected the plugin's socket file name in ${directory}` };
+  if (endpoint.length > MAX_ENDPOINT_LENGTH) return { refused: `endpoint is longer than ${MAX_ENDPOINT_LENGTH} characters` };
+  if (/[\u0000-\u001f\u007f]/.test(endpoint)) return { refused: `endpoint ${quoted} contains a control character` };
+  const resolved = path.resolve(directory, endpoint);
+  const relative = path.relative(directory, resolved);
+  if (relative === "" || relative.startsWith("..") || path.isAbsolute(relative)) {
+    return { refused: `endpoint ${quoted} escapes the device-plugin directory ${directory}` };
+  }
+  if (resolved === registrationSocket) return { refused: `endpoint ${quoted} is the registration socket itself` };
+  let stat: fs.Stats;
+  try {
+    stat = fs.lstatSync(resolved);
+  } catch {
+    return { refused: `endpoint ${quoted}: no socket at ${resolved} (serve DevicePlugin there before calling Register)` };
+  }
+  if (stat.isSymbolicLink()) return { refused: `endpoint ${quoted} is a symbolic link; register the socket itself` };
+  if (!stat.isSocket()) return { refused: `endpoint ${quoted} is not a unix socket` };
+  return resolved;
+}
+
+/**
+ * Removes the sockets in `directory` that refuse connections (plugins that
+ * died), as the kubelet's cleanup does for every file; live sockets, the
+ * checkpoint and anything that is not a socket stay.
+ */
+async function removeStaleSockets(directory: string, registrationSocket: string, log: Logger): Promise<void> {
+  let names: string[];
+  try {
+    names = fs.readdirSync(directory);
+  } catch (error) {
+    throw new Error(`cannot read the device-plugin directory ${directory}: ${describe(error)}`);
+  }
+  await Promise.all(
+    names.map(async (name) => {
+      const file = path.join(directory, name);
+      if (file === registrationSocket) return;
+      let stat: fs.Stats;
+      try {
+        stat = fs.lstatSync(file);
+      } catch {
+        return;
+      }
+      if (!stat.isSocket() || !(await refusesConnections(file))) return;
+      try {
+        const again = fs.lstatSync(file);
+        if (again.ino !== stat.ino) return;
+        fs.unlinkSync(file);
+        log.info("removed stale device plugin socket", { socket: file });
+      } catch (error) {
+        log.warn("cannot remove stale device plugin socket", { socket: file, error: describe(error) });
+      }
+    }),
+  );
+}
+
+function refusesConnections(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(socketPath);
+    const done = (refused: boolean) => {
+      socket.destroy();
+      resolve(refused);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once("connect", () => done(false));
+    socket.once("error", (error) => done((error as { code?: string }).code === "ECONNREFUSED"));
+  });
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,140 @@
+/**
+ * The device manager's resources: per resource, the latest complete device
+ * list (from any of its plugin instances, as the kubelet's update callback
+ * rebuilds the resource from each message), the live endpoints keyed by
+ * socket with the newest one primary (allocation goes through it), and when
+ * the last endpoint left. The last endpoint leaving turns every device
+ * unhealthy at once and starts the grace period after which the resource
+ * is removed; an endpoint leaving while a sibling remains changes nothing.
+ */
+import type { Clock } from "../../pluginmanager/operations.ts";
+import type { DeviceInfo, DevicePluginEndpoint } from "./endpoint.ts";
+
+export interface ResourceState {
+  name: string;
+  devices: Map<string, DeviceInfo>;
+  /** Live endpoints by socket, in connection order; the last is primary. */
+  endpoints: Map<string, DevicePluginEndpoint>;
+  /** When the last endpoint left (or the resource was restored without one); null while connected. */
+  stoppedAt: number | null;
+  cancelGrace: (() => void) | null;
+  /** Why the last ListAndWatch message was refused; cleared by the next good one. */
+  lastError: string | null;
+}
+
+export type ResourceChange = { resource: string; removed: boolean };
+
+export class ResourceTable {
+  readonly #resources = new Map<string, ResourceState>();
+  readonly #clock: Clock;
+  readonly #changed: (change: ResourceChange) => void;
+  gracePeriodMs: number;
+
+  constructor(options: { clock: Clock; gracePeriodMs: number; changed: (change: ResourceChange) => void }) {
+    this.#clock = options.clock;
+    this.gracePeriodMs = options.gracePeriodMs;
+    this.#changed = options.changed;
+  }
+
+  get(name: string): ResourceState | undefined {
+    return this.#resources.get(name);
+  }
+
+  all(): ResourceState[] {
+    return [...this.#resources.values()];
+  }
+
+  /** The endpoint allocation goes through: the newest live one. */
+  primary(name: string): DevicePluginEndpoint | undefined {
+    const endpoints = this.#resources.get(name)?.endpoints;
+    return endpoints ? [...endpoints.values()].at(-1) : undefined;
+  }
+
+  /** A resource the checkpoint knew: present, disconnected, no devices until its plugin returns. */
+  restoreDisconnected(name: string): void {
+    if (this.#resources.has(name)) return;
+    const state = this.#ensure(name);
+    this.#stop(state);
+  }
+
+  /** Adds a connected endpoint, replacing one on the same socket; returns the replaced one. */
+  attach(endpoint: DevicePluginEndpoint): DevicePluginEndpoint | undefined {
+    const state = this.#ensure(endpoint.resource);
+    const replaced = state.endpoints.get(endpoint.socket);
+    state.endpoints.delete(endpoint.socket);
+    state.endpoints.set(endpoint.socket, endpoint);
+    state.cancelGrace?.();
+    state.cancelGrace = null;
+    state.stoppedAt = null;
+    this.#changed({ resource: state.name, removed: false });
+    return replaced;
+  }
+
+  /**
+   * Removes `endpoint` if it is the one recorded for its socket (a late end of
+   * a replaced stream changes nothing); the last one leaving stops the resource.
+   * Returns whether anything changed.
+   */
+  detach(endpoint: DevicePluginEndpoint): boolean {
+    const state = this.#resources.get(endpoint.resource);
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
+    state.endpoints.delete(endpoint.socket);
+    if (state.endpoints.size === 0) this.#stop(state);
+    this.#changed({ resource: state.name, removed: false });
+    return true;
+  }
+
+  /** A validated message from a live endpoint: the resource's complete list. */
+  update(endpoint: DevicePluginEndpoint, devices: DeviceInfo[]): boolean {
+    const state = this.#resources.get(endpoint.resource);
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
+    state.devices = new Map(devices.map((device) => [device.id, device]));
+    state.lastError = null;
+    this.#changed({ resource: state.name, removed: false });
+    return true;
+  }
+
+  refuse(endpoint: DevicePluginEndpoint, reason: string): void {
+    const state = this.#resources.get(endpoint.resource);
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return;
+    state.lastError = `${endpoint.socket}: ${reason}`;
+    this.#changed({ resource: state.name, removed: false });
+  }
+
+  healthyIds(name: string): string[] {
+    const state = this.#resources.get(name);
+    if (!state) return [];
+    const ids: string[] = [];
+    for (const device of state.devices.values()) if (device.healthy) ids.push(device.id);
+    return ids;
+  }
+
+  /** Cancels every grace timer (the manager is stopping). */
+  stop(): void {
+    for (const state of this.#resources.values()) {
+      state.cancelGrace?.();
+      state.cancelGrace = null;
+    }
+  }
+
+  #ensure(name: string): ResourceState {
+    let state = this.#resources.get(name);
+    if (!state) {
+      state = { name, devices: new Map(), endpoints: new Map(), stoppedAt: null, cancelGrace: null, lastError: null };
+      this.#resources.set(name, state);
+    }
+    return state;
+  }
+
+  /** Every device unhealthy at once; removal after the grace period unless an endpoint returns. */
+  #stop(state: ResourceState): void {
+    for (const device of state.devices.values()) device.healthy = false;
+    state.stoppedAt = this.#clock.now();
+    state.cancelGrace?.();
+    state.cancelGrace = this.#clock.setTimer(() => {
+      if (this.#resources.get(state.name) !== state || state.endpoints.size > 0) return;
+      this.#resources.delete(state.name);
+      this.#changed({ resource: state.name, removed: true });
+    }, this.gracePeriodMs);
+  }
+}
