@@ -38,7 +38,7 @@ async function startAgent(t: TestContext) {
   return { dir, registry, pluginsDir, policy, agent, api: createClient(Agent, channel.transport) };
 }
 
-test("watched directory: a DevicePlugin registers, its devices show in status, and a stream end marks them unhealthy", async (t) => {
+test("watched directory: a DevicePlugin registers, its devices show in status, a stream end marks them unhealthy, and the plugin manager re-registers it", async (t) => {
   const { registry, agent, api } = await startAgent(t);
   fs.mkdirSync(registry, { recursive: true });
   const plugin = await startFakeDevicePlugin({
@@ -57,6 +57,8 @@ test("watched directory: a DevicePlugin registers, its devices show in status, a
   plugin.endStreams();
   await waitForDeviceState(agent.devices, "disconnected", () => agent.devices.resource("acme.io/gpu")?.connected === false);
   assert.deepEqual(agent.devices.resource("acme.io/gpu")?.unhealthy, ["gpu0", "gpu1"]);
+  // The plugin manager hears the lost connection and registers the plugin again, which reopens the stream.
+  await waitForDeviceState(agent.devices, "reconnected", () => agent.devices.resource("acme.io/gpu")?.allocatable === 2);
 });
 
 test("watched directory: ValidatePlugin refuses another version or an invalid resource name with the kubelet's texts", async (t) => {
