@@ -187,13 +187,13 @@ test("a reload logs what it changed: dirs added and no longer watched, a handler
   await dropped.waitForNotify();
   await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
 
-  const handlers = { "acme.io/Sensor": {}, DevicePlugin: {} };
+  const handlers = { "acme.io/Sensor": {}, DRAPlugin: {} };
   manager.applyPolicy(testPolicy({ watch: [a, b], handlers, backoff: HOUR }));
   manager.applyPolicy(testPolicy({ watch: [b], handlers, backoff: HOUR }));
   const logged = (msg: string) => lines.filter((line) => line.msg === msg);
   assert.deepEqual(logged("watch directory added").map((line) => line.dir), [b]);
   assert.deepEqual(logged("watch directory no longer watched").map((line) => line.dir), [a]);
-  assert.deepEqual(logged("handler not available in this build").map((line) => line.type), ["DevicePlugin"], "once, though declared by both reloads");
+  assert.deepEqual(logged("handler not available in this build").map((line) => line.type), ["DRAPlugin"], "once, though declared by both reloads");
   const deregistered = logged("plugin deregistered: the policy now refuses it");
   assert.deepEqual(deregistered.map((line) => [line.socket, line.type, line.name, line.state]), [[dropped.socketPath, "acme.io/Other", "acme.io/dropped", "pending"]]);
   assert.match(String(deregistered[0]!.reason), /no handler registered for plugin type: acme.io\/Other/);
