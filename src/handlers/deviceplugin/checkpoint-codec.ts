@@ -1,0 +1,97 @@
+/**
+ * The device manager's checkpoint (`kubelet_internal_checkpoint`) in the
+ * kubelet's exact bytes: Go encoding/json of `checkpoint.Data` with the
+ * FNV-1a 32 checksum over go-spew's rendering of its `Data`
+ * (reference/kubelet-facts.md 6.6). A file written by a kubelet reads here and
+ * one written here reads in a kubelet.
+ *
+ * @example
+ * ```ts
+ * const bytes = encodeCheckpoint({ podDeviceEntries: [], registeredDevices: new Map([["acme.io/gpu", ["gpu0"]]]) });
+ * decodeCheckpoint(bytes).registeredDevices.get("acme.io/gpu"); // ["gpu0"]
+ * ```
+ */
+import { goCheckpointJson } from "./checkpoint-json.ts";
+import { CheckpointCorruptError, parseCheckpointFile } from "./checkpoint-parse.ts";
+import { checksumOf, type GoCheckpointData } from "./checkpoint-spew.ts";
+
+export { CheckpointCorruptError } from "./checkpoint-parse.ts";
+
+export interface PodDevicesEntry {
+  podUID: string;
+  containerName: string;
+  resourceName: string;
+  /** NUMA node (-1 when the device has no topology) -> device ids, in the kubelet's order */
+  deviceIDs: Map<number, string[]>;
+  /** the ContainerAllocateResponse as protobuf bytes (the kubelet's AllocResp) */
+  allocResp: Uint8Array;
+}
+
+export interface CheckpointData {
+  podDeviceEntries: PodDevicesEntry[];
+  /** healthy device ids per resource, as the kubelet writes RegisteredDevices */
+  registeredDevices: Map<string, string[]>;
+}
+
+/**
+ * A checkpoint file larger than this is refused as corrupt without being read:
+ * 100,000 devices with 64-byte ids, all allocated, take about 20 MiB.
+ */
+export const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;
+
+/** The file name the kubelet gives the device manager's checkpoint. */
+export const KUBELET_CHECKPOINT_NAME = "kubelet_internal_checkpoint";
+
+const utf8 = new TextEncoder();
+
+/**
+ * The kubelet's exact bytes for `data`. No entries is written as Go's nil
+ * slice (`null`), as the kubelet does; maps are written with sorted keys and
+ * device lists in the order given.
+ */
+export function encodeCheckpoint(data: CheckpointData): Uint8Array {
+  const go: GoCheckpointData = {
+    podDeviceEntries: data.podDeviceEntries.length === 0 ? null : data.podDeviceEntries,
+    registeredDevices: data.registeredDevices,
+  };
+  return utf8.encode(goCheckpointJson(go, checksumOf(go)));
+}
+
+/**
+ * Reads a checkpoint written by a kubelet or by edgeplug and verifies its
+ * checksum as the kubelet does (over the decoded data, so a file re-indented
+ * or with its keys reordered still verifies). Throws CheckpointCorruptError
+ * saying why otherwise. Go's nil values come back empty.
+ */
+export function decodeCheckpoint(bytes: Uint8Array): CheckpointData {
+  return decodeCheckpointWithChecksum(bytes).data;
+}
+
+/** decodeCheckpoint, also giving the verified checksum (for `checkpoint verify`). */
+export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: CheckpointData; checksum: number } {
+  if (bytes.length > MAX_CHECKPOINT_BYTES) {
+    throw new CheckpointCorruptError(`${bytes.length} bytes is over the ${MAX_CHECKPOINT_BYTES}-byte limit of a checkpoint`);
+  }
+  const parsed = parseCheckpointFile(bytes);
+  const actual = checksumOf(parsed.data);
+  if (parsed.checksum !== BigInt(actual)) {
+    throw new CheckpointCorruptError(
+      `checkpoint is corrupted: its Checksum is ${parsed.checksum} but its Data hashes to ${actual}`,
+    );
+  }
+  const entries = parsed.data.podDeviceEntries ?? [];
+  const registered = parsed.data.registeredDevices ?? new Map<string, readonly string[] | null>();
+  return {
+    checksum: actual,
+    data: {
+      podDeviceEntries: entries.map((entry) => ({
+        podUID: entry.podUID,
+        containerName: entry.containerName,
+        resourceName: entry.resourceName,
+        deviceIDs: new Map([...(entry.deviceIDs ?? [])].map(([node, ids]) => [node, [...(ids ?? [])]])),
+        allocResp: entry.allocResp ?? new Uint8Array(0),
+      })),
+      registeredDevices: new Map([...registered].map(([name, ids]) => [name, [...(ids ?? [])]])),
+    },
+  };
+}

@@ -1,0 +1,198 @@
+/**
+ * Reads a checkpoint file the way the kubelet's json.Unmarshal into
+ * `checkpoint.Data` does, into the Go value model the checksum is computed
+ * over: struct fields matched exactly or case-insensitively, unknown fields
+ * (e.g. a newer kubelet's `BootID`) ignored, `null` as Go's zero value, a
+ * type mismatch an error. Every error names where in the file it is.
+ *
+ * Where Go would pick one of two conflicting values silently, this refuses
+ * the file instead: the same field spelled two ways (`PodUID` and `poduid`),
+ * or two NUMA keys naming one node (`0` and `00`). A kubelet never writes
+ * either. NUMA node ids must be safe integers (below 2^53).
+ */
+import { Buffer } from "node:buffer";
+import type { GoCheckpointData, GoPodDevicesEntry } from "./checkpoint-spew.ts";
+
+/** A checkpoint that cannot be trusted: not the format, or its checksum does not match. The message says why. */
+export class CheckpointCorruptError extends Error {
+  override name = "CheckpointCorruptError";
+}
+
+/** The file's `Data` as Go would hold it, and the `Checksum` it claims. */
+export interface ParsedCheckpoint {
+  data: GoCheckpointData;
+  /** The file's `Checksum` (Go uint64); 0 when absent, as Go leaves it. */
+  checksum: bigint;
+}
+
+/** A JSON number kept as its source text, so that `1.0` or `1e3` can be refused where Go wants a uint64. */
+class JsonNumber {
+  readonly source: string;
+  constructor(source: string) {
+    this.source = source;
+  }
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+export function parseCheckpointFile(bytes: Uint8Array): ParsedCheckpoint {
+  if (bytes.length === 0) throw new CheckpointCorruptError("the file is empty");
+  let text: string;
+  try {
+    text = strictUtf8.decode(bytes);
+  } catch {
+    throw new CheckpointCorruptError("the file is not UTF-8 text");
+  }
+  let root: unknown;
+  try {
+    root = JSON.parse(text, keepNumberSource as (key: string, value: unknown) => unknown);
+  } catch (error) {
+    throw new CheckpointCorruptError(`not JSON: ${(error as Error).message}`);
+  }
+  if (root === null) return { data: { podDeviceEntries: null, registeredDevices: null }, checksum: 0n };
+  const top = fields(root, "the file", ["Data", "Checksum"]);
+  return {
+    data: readData(top.get("Data"), "Data"),
+    checksum: readUint64(top.get("Checksum"), "Checksum"),
+  };
+}
+
+function keepNumberSource(_key: string, value: unknown, context?: { source?: string }): unknown {
+  return typeof value === "number" ? new JsonNumber(context?.source ?? String(value)) : value;
+}
+
+function readData(value: unknown, where: string): GoCheckpointData {
+  if (value === null || value === undefined) return { podDeviceEntries: null, registeredDevices: null };
+  const data = fields(value, where, ["PodDeviceEntries", "RegisteredDevices"]);
+  return {
+    podDeviceEntries: readEntries(data.get("PodDeviceEntries"), `${where}.PodDeviceEntries`),
+    registeredDevices: readStringMap(data.get("RegisteredDevices"), `${where}.RegisteredDevices`),
+  };
+}
+
+function readEntries(value: unknown, where: string): GoPodDevicesEntry[] | null {
+  if (value === null || value === undefined) return null;
+  if (!Array.isArray(value)) throw mismatch(where, "an array or null", value);
+  return value.map((item, index) => readEntry(item, `${where}[${index}]`));
+}
+
+function readEntry(value: unknown, where: string): GoPodDevicesEntry {
+  const entry: GoPodDevicesEntry = { podUID: "", containerName: "", resourceName: "", deviceIDs: null, allocResp: null };
+  if (value === null) return entry;
+  const found = fields(value, where, ["PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp"]);
+  entry.podUID = readString(found.get("PodUID"), `${where}.PodUID`);
+  entry.containerName = readString(found.get("ContainerName"), `${where}.ContainerName`);
+  entry.resourceName = readString(found.get("ResourceName"), `${where}.ResourceName`);
+  entry.deviceIDs = readNumaMap(found.get("DeviceIDs"), `${where}.DeviceIDs`);
+  entry.allocResp = readBytes(found.get("AllocResp"), `${where}.AllocResp`);
+  return entry;
+}
+
+function readStringMap(value: unknown, where: string): Map<string, string[] | null> | null {
+  if (value === null || value === undefined) return null;
+  if (!isObject(value)) throw mismatch(where, "an object or null", value);
+  const map = new Map<string, string[] | null>();
+  for (const [key, item] of Object.entries(value)) {
+    map.set(wellFormed(key), readStrings(item, `${where}[${JSON.stringify(key)}]`));
+  }
+  return map;
+}
+
+const GO_INT_KEY = /^[+-]?[0-9]+$/;
+
+function readNumaMap(value: unknown, where: string): Map<number, string[] | null> | null {
+  if (value === null || value === undefined) return null;
+  if (!isObject(value)) throw mismatch(where, "an object or null", value);
+  const map = new Map<number, string[] | null>();
+  for (const [key, item] of Object.entries(value)) {
+    const node = GO_INT_KEY.test(key) ? Number(key) : Number.NaN;
+    if (!Number.isSafeInteger(node)) {
+      throw new CheckpointCorruptError(`${where}: key ${JSON.stringify(key)} is not a NUMA node number`);
+    }
+    if (map.has(node)) throw new CheckpointCorruptError(`${where}: NUMA node ${node} appears twice`);
+    map.set(node === 0 ? 0 : node, readStrings(item, `${where}[${JSON.stringify(key)}]`));
+  }
+  return map;
+}
+
+function readStrings(value: unknown, where: string): string[] | null {
+  if (value === null || value === undefined) return null;
+  if (!Array.isArray(value)) throw mismatch(where, "an array of strings or null", value);
+  return value.map((item, index) => readString(item, `${where}[${index}]`));
+}
+
+function readString(value: unknown, where: string): string {
+  if (value === null || value === undefined) return "";
+  if (typeof value !== "string") throw mismatch(where, "a string", value);
+  return wellFormed(value);
+}
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function readBytes(value: unknown, where: string): Uint8Array | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value !== "string") throw mismatch(where, "a base64 string or null", value);
+  // Go's base64 decoder skips line breaks.
+  const text = value.replace(/[\r\n]/g, "");
+  if (!BASE64.test(text)) throw new CheckpointCorruptError(`${where}: not standard base64`);
+  return new Uint8Array(Buffer.from(text, "base64"));
+}
+
+const UINT64_MAX = 2n ** 64n - 1n;
+
+function readUint64(value: unknown, where: string): bigint {
+  if (value === null || value === undefined) return 0n;
+  if (!(value instanceof JsonNumber)) throw mismatch(where, "an unsigned integer", value);
+  if (!/^(0|[1-9][0-9]*)$/.test(value.source) || BigInt(value.source) > UINT64_MAX) {
+    throw new CheckpointCorruptError(`${where}: ${value.source} is not an unsigned 64-bit integer`);
+  }
+  return BigInt(value.source);
+}
+
+/**
+ * The declared fields of a Go struct found in `value`, matched as
+ * encoding/json does: the exact name, else a case-insensitive one.
+ */
+function fields(value: unknown, where: string, declared: readonly string[]): Map<string, unknown> {
+  if (!isObject(value)) throw mismatch(where, "an object", value);
+  const found = new Map<string, unknown>();
+  const spelling = new Map<string, string>();
+  for (const [key, item] of Object.entries(value)) {
+    const field = declared.includes(key) ? key : declared.find((name) => foldName(name) === foldName(key));
+    if (field === undefined) continue;
+    const earlier = spelling.get(field);
+    if (earlier !== undefined) {
+      throw new CheckpointCorruptError(`${where}: field ${field} is given twice, as ${JSON.stringify(earlier)} and ${JSON.stringify(key)}`);
+    }
+    spelling.set(field, key);
+    found.set(field, item);
+  }
+  return found;
+}
+
+/** Case folding as Go's bytes.EqualFold sees these ASCII field names (long s and Kelvin sign included). */
+function foldName(name: string): string {
+  return name.replace(/\u017f/g, "s").toLowerCase();
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof JsonNumber);
+}
+
+/** Go decodes an escaped lone surrogate as U+FFFD. */
+function wellFormed(text: string): string {
+  return /[\ud800-\udfff]/.test(text) ? (text as string & { toWellFormed(): string }).toWellFormed() : text;
+}
+
+function mismatch(where: string, expected: string, value: unknown): CheckpointCorruptError {
+  return new CheckpointCorruptError(`${where}: expected ${expected}, found ${describe(value)}`);
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (value instanceof JsonNumber) return `the number ${value.source}`;
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "string") return "a string";
+  return typeof value === "boolean" ? `${value}` : typeof value;
+}

@@ -1,0 +1,211 @@
+/**
+ * The checkpoint on disk: restored once at start, then rewritten after every
+ * change. A write goes to a temporary file in the same directory, is fsynced,
+ * renamed over the checkpoint and the directory is fsynced, so a crash at any
+ * moment leaves the old or the new checkpoint, never a torn one. Writes are
+ * serialized and coalesced: while one is on its way to disk, further calls
+ * only replace the data the next write takes, so a burst of changes costs
+ * two writes and the latest data wins.
+ *
+ * A checkpoint that does not verify is renamed `<name>.corrupt-<timestamp>`
+ * in the same directory with its bytes unchanged (never deleted) and
+ * reported; the caller starts empty.
+ *
+ * @example
+ * ```ts
+ * const store = new CheckpointStore({ path: "/var/lib/edgeplug/kubelet_internal_checkpoint", log });
+ * const restored = await store.restore();
+ * await store.write({ podDeviceEntries: [], registeredDevices: new Map() });
+ * ```
+ */
+import * as fs from "node:fs/promises";
+import * as path from "node:path";
+import process from "node:process";
+import type { Logger } from "../../log/logger.ts";
+import { type CheckpointData, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint } from "./checkpoint-codec.ts";
+import { moveAside, readCheckpointBytes } from "./checkpoint-files.ts";
+
+export type RestoreResult =
+  | { kind: "missing" }
+  | { kind: "restored"; data: CheckpointData }
+  | { kind: "corrupt"; error: string; movedTo: string };
+
+export interface CheckpointStoreOptions {
+  path: string;
+  log: Logger;
+  /** The clock that names a corrupt file's `.corrupt-<timestamp>`; tests pass their own. */
+  now?: () => Date;
+}
+
+/** Mode of the directory when edgeplug creates it. */
+const DIRECTORY_MODE = 0o750;
+/** Mode of the checkpoint: os.CreateTemp's, which the kubelet's file store writes through. */
+const FILE_MODE = 0o600;
+
+interface Waiter {
+  generation: number;
+  resolve: () => void;
+  reject: (error: Error) => void;
+}
+
+export class CheckpointStore {
+  readonly path: string;
+  readonly #directory: string;
+  readonly #tempPrefix: string;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+  #pending: CheckpointData | undefined;
+  #requested = 0;
+  #waiters: Waiter[] = [];
+  #draining: Promise<void> | undefined;
+  #tempSequence = 0;
+  #writes = 0;
+  #failures = 0;
+
+  constructor(options: CheckpointStoreOptions) {
+    this.path = path.resolve(options.path);
+    this.#directory = path.dirname(this.path);
+    this.#tempPrefix = `.${path.basename(this.path)}.tmp-`;
+    this.#log = options.log;
+    this.#now = options.now ?? (() => new Date());
+  }
+
+  /** Checkpoints written and writes that failed since the store was created (for metrics). */
+  get counts(): { writes: number; failures: number } {
+    return { writes: this.#writes, failures: this.#failures };
+  }
+
+  /**
+   * Reads the checkpoint. Creates the directory (0750) when missing and
+   * removes temporary files that a crashed edgeplug left behind. Throws when
+   * the file exists but cannot be read (permissions, not a regular file):
+   * starting empty would overwrite state that may be good.
+   */
+  async restore(): Promise<RestoreResult> {
+    await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+    await this.#removeAbandonedTempFiles();
+    let bytes: Uint8Array;
+    try {
+      bytes = await readCheckpointBytes(this.path);
+      return { kind: "restored", data: decodeCheckpoint(bytes) };
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return { kind: "missing" };
+      if (!(error instanceof CheckpointCorruptError)) {
+        throw new Error(`cannot read the checkpoint ${this.path}: ${(error as Error).message}`, { cause: error });
+      }
+      const movedTo = await moveAside(this.path, this.#now());
+      this.#log.error("checkpoint is corrupt: moved aside, starting with no allocations", {
+        path: this.path,
+        movedTo,
+        error: error.message,
+      });
+      return { kind: "corrupt", error: error.message, movedTo };
+    }
+  }
+
+  /**
+   * Writes `data` atomically. Resolves once a write that started after this
+   * call is on disk; rejects (naming the path) if that write failed. The store
+   * keeps `data` until the write starts and encodes it then, so changes made
+   * to it in between are written too.
+   */
+  write(data: CheckpointData): Promise<void> {
+    this.#pending = data;
+    const generation = ++this.#requested;
+    const written = new Promise<void>((resolve, reject) => this.#waiters.push({ generation, resolve, reject }));
+    this.#draining ??= this.#drain();
+    return written;
+  }
+
+  /** Resolves when no write is in flight or pending (e.g. before the agent exits). */
+  async idle(): Promise<void> {
+    while (this.#draining !== undefined) await this.#draining;
+  }
+
+  async #drain(): Promise<void> {
+    // Let the calls of the current burst (same tick) join the first write too.
+    await Promise.resolve();
+    try {
+      while (this.#pending !== undefined) {
+        const data = this.#pending;
+        const generation = this.#requested;
+        this.#pending = undefined;
+        let failure: Error | undefined;
+        try {
+          await this.#writeAtomically(encodeCheckpoint(data));
+          this.#writes++;
+        } catch (error) {
+          this.#failures++;
+          failure = new Error(`cannot write the checkpoint ${this.path}: ${(error as Error).message}`, { cause: error });
+        }
+        const settled = this.#waiters.filter((waiter) => waiter.generation <= generation);
+        this.#waiters = this.#waiters.filter((waiter) => waiter.generation > generation);
+        for (const waiter of settled) {
+          if (failure === undefined) waiter.resolve();
+          else waiter.reject(failure);
+        }
+      }
+    } finally {
+      this.#draining = undefined;
+    }
+  }
+
+  async #writeAtomically(bytes: Uint8Array): Promise<void> {
+    const temp = path.join(this.#directory, `${this.#tempPrefix}${process.pid}-${++this.#tempSequence}`);
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(temp, "wx", FILE_MODE);
+    } catch (error) {
+      if (errorCode(error) !== "ENOENT") throw error;
+      await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+      handle = await fs.open(temp, "wx", FILE_MODE);
+    }
+    try {
+      try {
+        await handle.writeFile(bytes);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await fs.rename(temp, this.path);
+    } catch (error) {
+      await fs.rm(temp, { force: true });
+      throw error;
+    }
+    await syncDirectory(this.#directory);
+  }
+
+  /** Temporary files of processes that no longer run: a crash between create and rename leaves one. */
+  async #removeAbandonedTempFiles(): Promise<void> {
+    for (const name of await fs.readdir(this.#directory)) {
+      if (!name.startsWith(this.#tempPrefix)) continue;
+      const pid = Number(name.slice(this.#tempPrefix.length).split("-")[0]);
+      if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && isRunning(pid)) continue;
+      await fs.rm(path.join(this.#directory, name), { force: true });
+      this.#log.debug("removed an abandoned checkpoint temporary file", { path: path.join(this.#directory, name) });
+    }
+  }
+}
+
+/** fsync of the directory makes the rename itself durable. */
+async function syncDirectory(directory: string): Promise<void> {
+  const handle = await fs.open(directory, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return errorCode(error) === "EPERM";
+  }
+}
+
+export function errorCode(error: unknown): string | undefined {
+  return (error as NodeJS.ErrnoException | undefined)?.code;
+}

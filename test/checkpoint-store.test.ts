@@ -1,0 +1,140 @@
+/**
+ * The checkpoint on disk, as the agent uses it across restarts: restore at
+ * start (missing, restored, or corrupt and moved aside unchanged), atomic
+ * writes with the kubelet's bytes and file mode, bursts coalesced with the
+ * latest data winning, failures reported with the path.
+ */
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+import { createLogger, type LogFields } from "../src/log/logger.ts";
+import {
+  type CheckpointData,
+  CheckpointStore,
+  encodeCheckpoint,
+  KUBELET_CHECKPOINT_NAME,
+} from "../src/handlers/deviceplugin/checkpoint.ts";
+import { readCheckpointBytes } from "../src/handlers/deviceplugin/checkpoint-files.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const tegraFile = fs.readFileSync(new URL("fixtures/checkpoint/kubelet-tegra-allocated.json", import.meta.url));
+
+function recordingLog() {
+  const records: LogFields[] = [];
+  const log = createLogger({ level: "debug", format: "json", write: (line) => void records.push(JSON.parse(line)) });
+  return { log, records };
+}
+
+function devices(count: number, tag = "gpu"): CheckpointData {
+  const ids = Array.from({ length: count }, (_, i) => `${tag}-${i}`);
+  return { podDeviceEntries: [], registeredDevices: new Map([["acme.io/gpu", ids]]) };
+}
+
+test("restore of a missing checkpoint creates its directory (0750) and reports missing", async (t) => {
+  const dir = path.join(tempDir(t), "state", "edgeplug");
+  const store = new CheckpointStore({ path: path.join(dir, KUBELET_CHECKPOINT_NAME), log: recordingLog().log });
+  assert.deepEqual(await store.restore(), { kind: "missing" });
+  assert.equal(fs.statSync(dir).mode & 0o777, 0o750 & ~process.umask());
+});
+
+test("a written checkpoint has the kubelet's bytes and mode 0600, and is restored by the next store", async (t) => {
+  const file = path.join(tempDir(t), KUBELET_CHECKPOINT_NAME);
+  const data = devices(3);
+  await new CheckpointStore({ path: file, log: recordingLog().log }).write(data);
+  assert.deepEqual(new Uint8Array(fs.readFileSync(file)), encodeCheckpoint(data));
+  assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+  assert.deepEqual(fs.readdirSync(path.dirname(file)), [KUBELET_CHECKPOINT_NAME], "no temporary file is left");
+  const restored = await new CheckpointStore({ path: file, log: recordingLog().log }).restore();
+  assert.deepEqual(restored, { kind: "restored", data });
+});
+
+test("a checkpoint written by a kubelet is restored with its allocation", async (t) => {
+  const file = path.join(tempDir(t), KUBELET_CHECKPOINT_NAME);
+  fs.writeFileSync(file, tegraFile);
+  const restored = await new CheckpointStore({ path: file, log: recordingLog().log }).restore();
+  assert.equal(restored.kind, "restored");
+  assert.equal(restored.kind === "restored" && restored.data.podDeviceEntries[0]!.podUID, "bf52b2cd-b611-4e79-86b1-280b283185c3");
+});
+
+test("a corrupt checkpoint is moved aside with its bytes unchanged, reported, and the store starts empty", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
+  const torn = tegraFile.subarray(0, 100);
+  fs.writeFileSync(file, torn);
+  const { log, records } = recordingLog();
+  const at = new Date("2026-12-01T11:18:25.123Z");
+  const store = new CheckpointStore({ path: file, log, now: () => at });
+  const result = await store.restore();
+  assert.equal(result.kind, "corrupt");
+  assert.ok(result.kind === "corrupt");
+  assert.match(result.error, /not JSON/);
+  assert.equal(result.movedTo, `${file}.corrupt-20261201T111825.123Z`);
+  assert.deepEqual(fs.readFileSync(result.movedTo), torn);
+  assert.equal(fs.existsSync(file), false);
+  const report = records.find((record) => record["msg"] === "checkpoint is corrupt: moved aside, starting with no allocations");
+  assert.ok(report, JSON.stringify(records));
+  assert.equal(report["movedTo"], result.movedTo);
+
+  // A second corrupt file at the same moment never replaces the first one kept aside.
+  fs.writeFileSync(file, "garbage");
+  const again = await store.restore();
+  assert.ok(again.kind === "corrupt");
+  assert.equal(again.movedTo, `${file}.corrupt-20261201T111825.123Z-2`);
+  assert.deepEqual(fs.readFileSync(result.movedTo), torn);
+  assert.equal(fs.readFileSync(again.movedTo, "utf8"), "garbage");
+});
+
+test("a checkpoint over the size limit is corrupt without being read", async (t) => {
+  const file = path.join(tempDir(t), KUBELET_CHECKPOINT_NAME);
+  fs.writeFileSync(file, Buffer.alloc(2048, 0x20));
+  await assert.rejects(readCheckpointBytes(file, 1024), /over the checkpoint size limit \(2048 bytes, at most 1024\)/);
+});
+
+test("a checkpoint that cannot be read is an error, not corrupt: nothing is moved", async (t) => {
+  const file = path.join(tempDir(t), KUBELET_CHECKPOINT_NAME);
+  fs.mkdirSync(file);
+  await assert.rejects(new CheckpointStore({ path: file, log: recordingLog().log }).restore(), /cannot read the checkpoint .*is not a regular file/);
+  assert.ok(fs.statSync(file).isDirectory());
+});
+
+test("a burst of writes is coalesced and the latest data wins", async (t) => {
+  const file = path.join(tempDir(t), KUBELET_CHECKPOINT_NAME);
+  const store = new CheckpointStore({ path: file, log: recordingLog().log });
+  const writes = Array.from({ length: 50 }, (_, i) => store.write(devices(i + 1)));
+  await Promise.all(writes);
+  assert.ok(store.counts.writes <= 2, `50 writes in one burst took ${store.counts.writes} file writes`);
+  assert.deepEqual(new Uint8Array(fs.readFileSync(file)), encodeCheckpoint(devices(50)));
+
+  // Writes issued while one is in flight join the next one.
+  const first = store.write(devices(1, "a"));
+  await Promise.resolve();
+  const later = [store.write(devices(2, "b")), store.write(devices(3, "c"))];
+  await Promise.all([first, ...later]);
+  assert.deepEqual(new Uint8Array(fs.readFileSync(file)), encodeCheckpoint(devices(3, "c")));
+  await store.idle();
+  assert.equal(store.counts.failures, 0);
+});
+
+test("a failed write rejects with the path and the next write still works", async (t) => {
+  const dir = tempDir(t);
+  const blocker = path.join(dir, "not-a-dir");
+  fs.writeFileSync(blocker, "");
+  const broken = new CheckpointStore({ path: path.join(blocker, KUBELET_CHECKPOINT_NAME), log: recordingLog().log });
+  await assert.rejects(broken.write(devices(1)), new RegExp(`cannot write the checkpoint ${blocker}/${KUBELET_CHECKPOINT_NAME}: .*ENOTDIR`));
+  assert.deepEqual(broken.counts, { writes: 0, failures: 1 });
+  fs.rmSync(blocker);
+  await broken.write(devices(2));
+  assert.deepEqual(broken.counts, { writes: 1, failures: 1 });
+});
+
+test("restore removes temporary files a crashed writer left, and keeps those of a running one", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
+  const abandoned = path.join(dir, `.${KUBELET_CHECKPOINT_NAME}.tmp-999999999-1`);
+  const running = path.join(dir, `.${KUBELET_CHECKPOINT_NAME}.tmp-${process.ppid}-1`);
+  const unrelated = path.join(dir, ".kubelet-temp");
+  for (const name of [abandoned, running, unrelated]) fs.writeFileSync(name, "{");
+  assert.deepEqual(await new CheckpointStore({ path: file, log: recordingLog().log }).restore(), { kind: "missing" });
+  assert.deepEqual(fs.readdirSync(dir).sort(), [path.basename(running), path.basename(unrelated)].sort());
+});
