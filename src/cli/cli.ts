@@ -31,7 +31,7 @@ export const COMMANDS: Readonly<Record<string, CommandLoader>> = {
   status: async () => (await import("./status.ts")).statusCommand,
   allocate: async () => (await import("./not-implemented.ts")).allocateCommand,
   release: async () => (await import("./not-implemented.ts")).releaseCommand,
-  checkpoint: async () => (await import("./not-implemented.ts")).checkpointCommand,
+  checkpoint: async () => (await import("./checkpoint.ts")).checkpointCommand,
   version: async () => (await import("./version.ts")).versionCommand,
   help: async () => createHelpCommand(loadAllCommands),
 };
