@@ -4,7 +4,7 @@
  * and the text table people read. Every producer (daemon, --reconcile-once)
  * and every consumer (status, status --watch) goes through here.
  */
-import { create } from "@bufbuild/protobuf";
+import { create, toJson, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type {
   AllocationStatus,
@@ -12,7 +12,8 @@ import type {
   ResourceStatus,
   StatusResponse,
 } from "../gen/edgeplug/v1/agent_pb.ts";
-import { PluginStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { printable } from "../log/printable.ts";
 import type { PluginRecord } from "../pluginmanager/types.ts";
 
 export interface PluginJson {
@@ -87,43 +88,53 @@ export function buildStatus(input: {
   });
 }
 
-/** The CLI's JSON mapping of the status message (SPEC.md section 5). */
+/**
+ * The CLI's JSON of the status message (SPEC.md section 5), which is the
+ * API's JSON (`curl` on Agent/Status) with one rule added: the API writes the
+ * canonical proto3 JSON with default values included, and leaves out a
+ * field that has no value (an optional string, an unset timestamp); the CLI
+ * writes that field as `null`. Drop the nulls from the CLI's JSON and it is
+ * the API's, field for field (timestamps, numbers, names and order alike).
+ * Fields added to the proto appear in both without a change here.
+ */
 export function statusToJson(status: StatusResponse): StatusJson {
-  return {
-    ok: status.ok,
-    node: status.node,
-    plugins: status.plugins.map(pluginToJson),
-    resources: status.resources.map((r) => ({
-      name: r.name,
-      capacity: r.capacity,
-      allocatable: r.allocatable,
-      healthy: [...r.healthy],
-      unhealthy: [...r.unhealthy],
-      connected: r.connected,
-    })),
-    allocations: status.allocations.map((a) => ({
-      owner: a.owner,
-      container: a.container,
-      resource: a.resource,
-      devices: [...a.devices],
-    })),
-  };
+  return withNulls(StatusResponseSchema, toJson(StatusResponseSchema, status, JSON_OPTIONS)) as unknown as StatusJson;
 }
 
 export function pluginToJson(plugin: PluginStatus): PluginJson {
-  return {
-    socket: plugin.socket,
-    type: plugin.type ?? null,
-    name: plugin.name ?? null,
-    endpoint: plugin.endpoint ?? null,
-    versions: [...plugin.versions],
-    state: plugin.state,
-    attempts: plugin.attempts,
-    registeredAt: isoOrNull(plugin.registeredAt),
-    error: plugin.error ?? null,
-    discoveredAt: isoOrNull(plugin.discoveredAt),
-    lastAttemptAt: isoOrNull(plugin.lastAttemptAt),
-  };
+  return withNulls(PluginStatusSchema, toJson(PluginStatusSchema, plugin, JSON_OPTIONS)) as unknown as PluginJson;
+}
+
+export function resourceToJson(resource: ResourceStatus): ResourceJson {
+  return withNulls(ResourceStatusSchema, toJson(ResourceStatusSchema, resource, JSON_OPTIONS)) as unknown as ResourceJson;
+}
+
+/** The options the API socket serves JSON with (src/api/agent-socket.ts). */
+const JSON_OPTIONS = { alwaysEmitImplicit: true } as const;
+
+/** `json` (proto3 JSON of a `desc` message) in field order, each field without a value as null, nested messages alike. */
+function withNulls(desc: DescMessage, json: JsonValue): JsonObject {
+  const object = json as JsonObject;
+  const out: JsonObject = {};
+  for (const field of desc.fields) {
+    const value = object[field.jsonName];
+    if (value === undefined || value === null) {
+      out[field.jsonName] = null;
+    } else if (field.fieldKind === "message" && isPlainObject(value)) {
+      out[field.jsonName] = withNulls(field.message, value);
+    } else if (field.fieldKind === "list" && field.listKind === "message" && Array.isArray(value)) {
+      const element = field.message;
+      out[field.jsonName] = value.map((item) => (isPlainObject(item) ? withNulls(element, item) : item));
+    } else {
+      out[field.jsonName] = value;
+    }
+  }
+  return out;
+}
+
+/** A message written as a JSON object (well-known types such as Timestamp are written as strings instead). */
+function isPlainObject(value: JsonValue): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**
@@ -131,7 +142,7 @@ export function pluginToJson(plugin: PluginStatus): PluginJson {
  * resources and allocations when there are any.
  */
 export function statusToText(status: StatusResponse, now: Date = new Date()): string {
-  const lines = [`node ${status.node}: ${status.ok ? "ok" : "NOT OK"}`];
+  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`];
   if (status.plugins.length === 0) {
     lines.push("", "no plugin sockets found");
   } else {
@@ -178,7 +189,9 @@ export function statusToText(status: StatusResponse, now: Date = new Date()): st
   return lines.join("\n") + "\n";
 }
 
-function table(header: string[], rows: string[][]): string[] {
+/** Columns padded to their widest cell; cells come from plugins and are shown with control characters escaped. */
+function table(header: string[], unsafeRows: string[][]): string[] {
+  const rows = unsafeRows.map((row) => row.map(printable));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const render = (cells: string[]) =>
     cells
@@ -201,8 +214,4 @@ export function age(since: Date, now: Date): string {
 
 function optionalTimestamp(date: Date | null) {
   return date ? timestampFromDate(date) : undefined;
-}
-
-function isoOrNull(timestamp: PluginStatus["registeredAt"]): string | null {
-  return timestamp ? timestampDate(timestamp).toISOString() : null;
 }

@@ -4,7 +4,7 @@
  * `--log-level` never get here: main (cli.ts) handles them for every command.
  */
 import { parseArgs } from "node:util";
-import { parseDuration } from "../policy/duration.ts";
+import { formatDuration, parseDuration } from "../policy/duration.ts";
 import { UsageError } from "./command.ts";
 
 type OptionSpec = { type: "string" | "boolean"; multiple?: boolean; short?: string };
@@ -37,7 +37,7 @@ export function parseCommandArgs<S extends OptionSpecs>(
       strict: true,
     }) as typeof parsed;
   } catch (error) {
-    throw new UsageError(`edgeplug ${command}: ${(error as Error).message}`);
+    throw new UsageError(`edgeplug ${command}: ${negativeValue(args, error as Error) ?? (error as Error).message}`);
   }
   if (!positionals && parsed.positionals.length > 0) {
     throw new UsageError(`edgeplug ${command}: unexpected argument ${JSON.stringify(parsed.positionals[0])}`);
@@ -48,6 +48,18 @@ export function parseCommandArgs<S extends OptionSpecs>(
   };
 }
 
+/**
+ * parseArgs calls `--timeout -1s` ambiguous (the value looks like a flag);
+ * what the user meant is a negative number, which no flag accepts: say that.
+ */
+function negativeValue(args: string[], error: Error): string | null {
+  const flag = /^Option '(--[\w-]+)' argument is ambiguous/.exec(error.message)?.[1];
+  if (flag === undefined) return null;
+  const value = args[args.indexOf(flag) + 1];
+  if (value === undefined || !/^-[\d.]/.test(value)) return null;
+  return `${flag}: must not be negative, got ${JSON.stringify(value)}`;
+}
+
 /** Parses a flag's Go duration, naming the flag when it is not one. */
 export function durationFlag(command: string, flag: string, value: string): number {
   try {
@@ -55,6 +67,23 @@ export function durationFlag(command: string, flag: string, value: string): numb
   } catch (error) {
     throw new UsageError(`edgeplug ${command}: --${flag}: ${(error as Error).message}`);
   }
+}
+
+/**
+ * The longest wait a timer can hold: Node and Deno turn a longer delay into
+ * 1 ms (issue 7), so a longer `--timeout` would end at once.
+ */
+export const MAX_WAIT_MS = 2 ** 31 - 1;
+
+/** Parses a flag's Go duration as a wait: more than 0 and at most {@link MAX_WAIT_MS}. */
+export function waitFlag(command: string, flag: string, value: string): number {
+  if (value.startsWith("-")) throw new UsageError(`edgeplug ${command}: --${flag}: must not be negative, got ${JSON.stringify(value)}`);
+  const ms = durationFlag(command, flag, value);
+  if (ms <= 0) throw new UsageError(`edgeplug ${command}: --${flag}: must be more than 0, got ${JSON.stringify(value)}`);
+  if (!(ms <= MAX_WAIT_MS)) {
+    throw new UsageError(`edgeplug ${command}: --${flag}: must be at most ${formatDuration(MAX_WAIT_MS)} (2^31-1 ms), got ${JSON.stringify(value)}`);
+  }
+  return ms;
 }
 
 /** Parses `--output`, which every reporting command accepts. */

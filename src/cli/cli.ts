@@ -16,6 +16,7 @@
  */
 import process from "node:process";
 import { createLogger, isLogLevel, type Logger, type LoggerSettings, type LogLevel } from "../log/logger.ts";
+import { printable } from "../log/printable.ts";
 import { PolicyError } from "../policy/errors.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from "./command.ts";
@@ -83,11 +84,11 @@ export async function main(argv: string[], env: Partial<MainEnvironment> = {}): 
   } catch (error) {
     if (error instanceof UsageError) {
       const hint = commandName ? `edgeplug ${commandName} --help` : "edgeplug --help";
-      stderr(`${error.message}\nRun '${hint}' for usage.\n`);
+      stderr(`${printableLines(error.message)}\nRun '${hint}' for usage.\n`);
       return EXIT_USAGE;
     }
     if (error instanceof PolicyError) {
-      stderr(error.message + "\n");
+      stderr(printableLines(error.message) + "\n");
       return EXIT_USAGE;
     }
     log.error(`edgeplug ${commandName || "command"} failed`, {
@@ -96,6 +97,11 @@ export async function main(argv: string[], env: Partial<MainEnvironment> = {}): 
     });
     return EXIT_FAILURE;
   }
+}
+
+/** Each line of a multi-line message with its control characters escaped (arguments and policy values are echoed). */
+function printableLines(message: string): string {
+  return message.split("\n").map(printable).join("\n");
 }
 
 /**

@@ -26,6 +26,8 @@ export interface Command {
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
+/** `run --reconcile-once` only: the agent could not start (SPEC.md section 6); the daemon says 1, as section 1 fixed. */
+export const EXIT_CANNOT_START = 3;
 
 /** Thrown for bad usage and bad policies; main prints the message and exits 2. */
 export class UsageError extends Error {

@@ -3,7 +3,11 @@
  * calls GetInfo, and says which handler of the policy would take the plugin
  * and why it would be refused. Sends no NotifyRegistrationStatus.
  */
+import fs from "node:fs";
+import path from "node:path";
+import { printable } from "../log/printable.ts";
 import { resolvePolicy } from "../policy/load.ts";
+import type { Policy } from "../policy/types.ts";
 import { handlerFactories } from "../agent.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { probePlugin, type ProbeResult } from "../pluginmanager/registration.ts";
@@ -23,7 +27,11 @@ Options:
   --output text|json   text for people (default) or JSON
 ${COMMON_OPTIONS_HELP}
 
-Exit codes: 0 the plugin answered, 1 it did not, 2 bad usage or policy.
+The socket is not dialled when the policy's security.socketOwners excludes its
+owner (as the agent would not dial it); the output says when the socket lies
+outside every watched directory, where the agent would never find it.
+
+Exit codes: 0 the plugin answered, 1 it did not (or was not dialled), 2 bad usage or policy.
 `;
 
 export const probeCommand: Command = {
@@ -42,39 +50,84 @@ export const probeCommand: Command = {
     }
     const output = outputFlag("probe", parsed.values.output);
     const policy = await resolvePolicy(parsed.values.config);
-    const result = await probePlugin(parsed.positionals[0]!, policy, new HandlerSet(policy, handlerFactories(), { connectionLost() {} }));
-    io.stdout(output === "json" ? JSON.stringify(probeToJson(result), null, 2) + "\n" : probeToText(result));
-    return result.info ? EXIT_OK : EXIT_FAILURE;
+    const socket = path.resolve(parsed.positionals[0]!);
+    const watchDir = watchDirFor(policy, socket);
+    const ownerRefusal = foreignOwner(socket, policy);
+    const result: ProbeResult = ownerRefusal
+      ? { socket, info: null, failure: null, error: null, handler: null, refusal: ownerRefusal }
+      : await probePlugin(socket, policy, new HandlerSet(policy, handlerFactories(), { connectionLost() {} }));
+    const report = probeReport(result, policy, watchDir, ownerRefusal !== null);
+    io.stdout(output === "json" ? JSON.stringify(report, null, 2) + "\n" : probeToText(report));
+    return report.answered ? EXIT_OK : EXIT_FAILURE;
   },
 };
 
-function probeToJson(result: ProbeResult) {
+type ProbeReport = ReturnType<typeof probeReport>;
+
+/**
+ * What probe found. `handler` is the policy's handler for the advertised
+ * type, also when that handler refuses the plugin (versions, names); null
+ * only when the policy declares no handler for the type.
+ */
+function probeReport(result: ProbeResult, policy: Policy, watchDir: string | null, ownerRefused: boolean) {
+  const handler = result.info && policy.handlers.has(result.info.type) ? result.info.type : null;
   return {
     socket: result.socket,
+    dialled: !ownerRefused,
     answered: result.info !== null,
     info: result.info,
     failure: result.failure,
     error: result.error,
-    handler: result.handler,
+    handler,
     accepted: result.info !== null && result.refusal === null,
     refusal: result.refusal,
+    /** The watched directory the agent would discover the socket in; null: outside every one. */
+    watchDir,
   };
 }
 
-function probeToText(result: ProbeResult): string {
-  const rows: [string, string][] = [["socket", result.socket]];
-  if (!result.info) {
-    rows.push(["answered", `no (${result.failure})`], ["error", result.error ?? "-"]);
+/** Why the policy forbids dialling this socket (its owner), or null; the agent never dials such a socket, nor does probe. */
+function foreignOwner(socket: string, policy: Policy): string | null {
+  let uid: number;
+  try {
+    const stat = fs.lstatSync(socket);
+    if (!stat.isSocket()) return null; // probePlugin says what it is instead
+    uid = stat.uid;
+  } catch {
+    return null; // missing: probePlugin reports it as the agent would
+  }
+  const owners = policy.security.socketOwners;
+  if (owners.includes(uid)) return null;
+  return `socket owned by uid ${uid}, not in security.socketOwners ${JSON.stringify(owners)}; not dialled`;
+}
+
+/** The watched directory under which the agent would find `socket`, or null when it lies outside every one. */
+function watchDirFor(policy: Policy, socket: string): string | null {
+  for (const dir of policy.watch) {
+    const relative = path.relative(dir.path, socket);
+    if (relative === "" || relative.startsWith("..") || path.isAbsolute(relative)) continue;
+    if (dir.recursive || !relative.includes(path.sep)) return dir.path;
+  }
+  return null;
+}
+
+function probeToText(report: ProbeReport): string {
+  const rows: [string, string][] = [["socket", report.socket]];
+  if (!report.dialled) {
+    rows.push(["answered", "not dialled"], ["verdict", `would be refused: ${report.refusal}`]);
+  } else if (!report.info) {
+    rows.push(["answered", `no (${report.failure})`], ["error", report.error ?? "-"]);
   } else {
-    const { info } = result;
+    const { info } = report;
     rows.push(
       ["type", info.type],
       ["name", info.name],
       ["endpoint", info.endpoint],
       ["versions", info.versions.join(", ") || "-"],
-      ["handler", result.handler ?? "none"],
-      ["verdict", result.refusal === null ? "would be registered" : `would be refused: ${result.refusal}`],
+      ["handler", report.handler ?? `none (the policy declares no handler for type ${info.type})`],
+      ["verdict", report.refusal === null ? "would be registered" : `would be refused: ${report.refusal}`],
     );
   }
-  return rows.map(([key, value]) => `${(key + ":").padEnd(10)} ${value}`).join("\n") + "\n";
+  rows.push(["watched", report.watchDir ?? "no: outside every watched directory, the agent would not discover it"]);
+  return rows.map(([key, value]) => `${(key + ":").padEnd(10)} ${printable(value)}`).join("\n") + "\n";
 }

@@ -5,40 +5,39 @@
  */
 import { once } from "node:events";
 import process from "node:process";
-import { EdgeplugAgent, handlerFactories } from "../agent.ts";
-import { buildReport, reportToText, type Expectations } from "../api/report.ts";
-import { buildStatus } from "../api/status.ts";
+import { EdgeplugAgent } from "../agent.ts";
+import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
-import { formatDuration } from "../policy/duration.ts";
+import { printable } from "../log/printable.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
-import { PluginManager } from "../pluginmanager/manager.ts";
-import type { PluginRecord } from "../pluginmanager/types.ts";
-import { durationFlag, outputFlag, parseCommandArgs } from "./args.ts";
+import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
+import { reconcileOnce } from "./reconcile-once.ts";
 
 const usage = `Usage: edgeplug [run] [--config PATH]
-       edgeplug [run] --config PATH --reconcile-once [--timeout DUR] [--expect N]
-                [--require NAME]... [--output text|json]
+       edgeplug [run] [--config PATH] --reconcile-once [--timeout DUR] [--expect N]
+                [--require NAME]... [--strict] [--output text|json]
 
 Runs the agent until SIGTERM/SIGINT, or with --reconcile-once makes one pass:
 registers every socket under the watched directories, prints a report and
-exits as soon as every socket is registered and the expectations hold, or
-when the timeout elapses.
+exits as soon as the verdict is known, or when the timeout elapses.
 
 Options:
   --config PATH        the policy (default: /etc/edgeplug/policy.yaml if it exists, else the embedded default)
   --reconcile-once     one pass, then a report; never binds api.socket or api.metrics
-  --timeout DUR        how long --reconcile-once retries (Go duration, default 10s)
+  --timeout DUR        how long --reconcile-once retries (Go duration, more than 0, at most 596h31m23.647s; default 10s)
   --expect N           --reconcile-once waits for at least N registered plugins
   --require NAME       --reconcile-once waits for a registered plugin of that name (repeatable)
+  --strict             with --expect/--require, every socket still counts (default: only the expectations decide)
   --output text|json   report format (default text)
 ${COMMON_OPTIONS_HELP}
 
-Exit codes: 0 clean stop or report ok, 1 could not start or report not ok, 2 bad usage or policy.
+Exit codes: 0 clean stop or report ok; 1 the daemon could not start, or the report is not ok;
+2 bad usage or policy; 3 --reconcile-once could not start (a JSON object says why with --output json).
 `;
 
 const options = {
@@ -47,6 +46,7 @@ const options = {
   timeout: { type: "string" },
   expect: { type: "string" },
   require: { type: "string", multiple: true },
+  strict: { type: "boolean" },
   output: { type: "string" },
 } as const;
 
@@ -61,20 +61,41 @@ export const runCommand: Command = {
     const { values } = parsed;
     const once = values["reconcile-once"] === true;
     if (!once) {
-      for (const flag of ["timeout", "expect", "require", "output"] as const) {
+      for (const flag of ["timeout", "expect", "require", "strict", "output"] as const) {
         if (values[flag] !== undefined) throw new UsageError(`edgeplug run: --${flag} needs --reconcile-once`);
       }
     }
-    const timeoutMs =
-      values.timeout === undefined ? DEFAULT_RECONCILE_TIMEOUT_MS : durationFlag("run", "timeout", values.timeout);
-    const expectations: Expectations = { expect: countFlag(values.expect), require: values.require ?? [] };
+    const timeoutMs = values.timeout === undefined ? DEFAULT_RECONCILE_TIMEOUT_MS : waitFlag("run", "timeout", values.timeout);
+    const expectations: Expectations = {
+      expect: countFlag(values.expect),
+      require: (values.require ?? []).map(requireFlag),
+      strict: values.strict === true,
+    };
     const output = outputFlag("run", values.output);
-    const policy = await resolvePolicy(values.config);
+    const policy = await loadPolicy(values.config, once ? output : "text", io);
     io.log.configure(policy.log);
+    if (expectations.expect !== null && expectations.expect > policy.security.maxPlugins) {
+      throw new UsageError(
+        `edgeplug run: --expect: ${expectations.expect} can never be met: the policy ${policy.source} allows at most ${policy.security.maxPlugins} plugins (security.maxPlugins)`,
+      );
+    }
     if (once) return reconcileOnce(policy, io, { timeoutMs, expectations, output });
     return runDaemon(policy, values.config, io);
   },
 };
+
+/** The policy; when it is invalid and a script asked for JSON, a JSON object says so too (exit 2 all the same). */
+async function loadPolicy(configPath: string | undefined, output: "text" | "json", io: CommandIO): Promise<Policy> {
+  try {
+    return await resolvePolicy(configPath);
+  } catch (error) {
+    if (output === "json" && error instanceof PolicyError) {
+      const errors = error.issues.map(formatPolicyIssue);
+      io.stdout(JSON.stringify({ schema: REPORT_SCHEMA, ok: false, error: "invalid policy", errors }, null, 2) + "\n");
+    }
+    throw error;
+  }
+}
 
 async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {
   const agent = new EdgeplugAgent({ policy, log: io.log });
@@ -109,57 +130,20 @@ async function reloadPolicy(agent: EdgeplugAgent, configPath: string | undefined
   agent.applyPolicy(next);
 }
 
-async function reconcileOnce(
-  policy: Policy,
-  io: CommandIO,
-  settings: { timeoutMs: number; expectations: Expectations; output: "text" | "json" },
-): Promise<number> {
-  const startedAt = new Date();
-  const { expectations } = settings;
-  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories() });
-  if (!(await started(() => manager.start(), io))) return EXIT_FAILURE;
-  const done = (plugins: PluginRecord[]) => {
-    const registered = plugins.filter((plugin) => plugin.state === "registered");
-    return (
-      registered.length === plugins.length &&
-      registered.length >= expectations.expect &&
-      expectations.require.every((name) => registered.some((plugin) => plugin.name === name))
-    );
-  };
-  await manager.whenSettled({
-    predicate: done,
-    signal: AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]),
-  });
-  await manager.stop();
-
-  const unfinished = `not registered within ${formatDuration(settings.timeoutMs)}`;
-  const plugins = manager.plugins().map((plugin) => finalState(plugin, unfinished));
-  const status = buildStatus({ node: policy.nodeName, plugins });
-  const report = buildReport(status, expectations, startedAt, new Date());
-  io.stdout(settings.output === "json" ? JSON.stringify(report, null, 2) + "\n" : reportToText(report, status));
-  logOutcome(io.log, report.ok, report.expectations.unmet, plugins);
-  return report.ok ? EXIT_OK : EXIT_FAILURE;
-}
-
-/** SPEC.md section 5: at the end of --reconcile-once a plugin that never registered is `failed`. */
-function finalState(plugin: PluginRecord, unfinished: string): PluginRecord {
-  if (plugin.state === "registered" || plugin.state === "failed") return plugin;
-  return { ...plugin, state: "failed", error: plugin.error ?? unfinished };
-}
-
-function logOutcome(log: Logger, ok: boolean, unmet: string[], plugins: PluginRecord[]): void {
-  const registered = plugins.filter((plugin) => plugin.state === "registered").length;
-  const fields = { registered, failed: plugins.length - registered, unmet };
-  if (ok) log.info("reconcile-once done", fields);
-  else log.warn("reconcile-once did not converge", fields);
-}
-
-function countFlag(value: string | undefined): number {
-  if (value === undefined) return 0;
-  if (!/^\d+$/.test(value)) {
-    throw new UsageError(`edgeplug run: --expect: expected a number of plugins, got ${JSON.stringify(value)}`);
+/** `--expect N`: a whole number of plugins, 0 or more. */
+function countFlag(value: string | undefined): number | null {
+  if (value === undefined) return null;
+  const count = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(count)) {
+    throw new UsageError(`edgeplug run: --expect: expected a whole number of plugins (0 or more), got ${JSON.stringify(value)}`);
   }
-  return Number(value);
+  return count;
+}
+
+/** `--require NAME`: a plugin name as GetInfo reports it; never empty. */
+function requireFlag(name: string): string {
+  if (name.trim() === "") throw new UsageError(`edgeplug run: --require: expected a plugin name, got ${JSON.stringify(name)}`);
+  return name;
 }
 
 /** Runs `start`; when it fails (a socket in use, a directory it cannot create), says why on stderr (exit 1). */
@@ -168,7 +152,7 @@ async function started(start: () => Promise<void>, io: CommandIO): Promise<boole
     await start();
     return true;
   } catch (error) {
-    io.stderr(`edgeplug: cannot start: ${error instanceof Error ? error.message : String(error)}\n`);
+    io.stderr(printable(`edgeplug: cannot start: ${error instanceof Error ? error.message : String(error)}`) + "\n");
     return false;
   }
 }

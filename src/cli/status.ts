@@ -7,7 +7,8 @@ import { createClient } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
-import { pluginToJson, statusToJson, statusToText } from "../api/status.ts";
+import { pluginToJson, resourceToJson, statusToJson, statusToText } from "../api/status.ts";
+import { printable } from "../log/printable.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
@@ -16,18 +17,20 @@ import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
 
-const usage = `Usage: edgeplug status [--config PATH | --api SOCKET] [--output text|json] [--watch]
+const usage = `Usage: edgeplug status [--config PATH | --api SOCKET] [--output text|json] [--exit-zero] [--watch]
 
 Asks the running agent for every known plugin socket, resource and allocation.
 
 Options:
   --config PATH        find the agent through this policy's api.socket
   --api SOCKET         the agent's API socket (overrides --config)
-  --output text|json   a table for people (default) or SPEC JSON for scripts
+  --output text|json   a table for people (default) or JSON for scripts (the API's JSON, absent values as null)
+  --exit-zero          exit 0 when the agent answers, even when it reports not ok
   --watch              after the status, print each event as it comes (JSON: one object per line)
 ${COMMON_OPTIONS_HELP}
 
-Exit codes: 0 answered, 1 agent unreachable, 2 bad usage.
+Exit codes: 0 the agent reports ok (or answered, with --exit-zero; --watch: stopped by SIGINT/SIGTERM),
+1 the agent reports not ok, is unreachable, or went away during --watch, 2 bad usage.
 `;
 
 const options = {
@@ -35,6 +38,7 @@ const options = {
   api: { type: "string" },
   output: { type: "string" },
   watch: { type: "boolean" },
+  "exit-zero": { type: "boolean" },
 } as const;
 
 /** How long to wait for the agent to answer before calling it unreachable. */
@@ -49,20 +53,26 @@ export const statusCommand: Command = {
     const output = outputFlag("status", parsed.values.output);
     const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config);
     const channel = dialUnix(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });
+    /** Whether --watch has received anything: after that, an end is the agent going away. */
+    let watching = false;
     try {
       const client = createClient(Agent, channel.transport);
       if (!parsed.values.watch) {
         const status = await client.status({}, { timeoutMs: STATUS_TIMEOUT_MS, signal: io.signal });
         io.stdout(output === "json" ? JSON.stringify(statusToJson(status), null, 2) + "\n" : statusToText(status));
-        return EXIT_OK;
+        return status.ok || parsed.values["exit-zero"] ? EXIT_OK : EXIT_FAILURE;
       }
       for await (const event of client.watchEvents({}, { signal: io.signal })) {
+        watching = true;
         io.stdout(output === "json" ? JSON.stringify(eventToJson(event)) + "\n" : eventToText(event));
       }
-      return EXIT_OK;
+      if (io.signal.aborted) return EXIT_OK;
+      io.stderr(printable(`edgeplug status: the agent at ${socket} went away (it ended the event stream); watch ended`) + "\n");
+      return EXIT_FAILURE;
     } catch (error) {
       if (io.signal.aborted) return EXIT_OK;
-      io.stderr(`edgeplug status: agent at ${socket} unreachable: ${describe(error)}\n`);
+      const what = watching ? "went away" : "unreachable";
+      io.stderr(printable(`edgeplug status: agent at ${socket} ${what}: ${describe(error)}`) + "\n");
       return EXIT_FAILURE;
     } finally {
       channel.close();
@@ -105,7 +115,7 @@ export function eventToJson(event: Event): Record<string, unknown> {
       };
     case "resource": {
       const resource = event.kind.value.resource;
-      return { ...head, kind: "resource", removed: event.kind.value.removed, resource: resource ?? null };
+      return { ...head, kind: "resource", removed: event.kind.value.removed, resource: resource ? resourceToJson(resource) : null };
     }
     case "allocation":
       return {
@@ -125,6 +135,7 @@ export function eventToJson(event: Event): Record<string, unknown> {
   }
 }
 
+/** One line per change; every value from a plugin or the API is shown with control characters escaped. */
 function eventToText(event: Event): string {
   const time = event.time ? timestampDate(event.time).toISOString() : "-";
   switch (event.kind.case) {
@@ -136,21 +147,20 @@ function eventToText(event: Event): string {
       const state = event.kind.value.removed ? "removed" : plugin.state;
       const what = [plugin.type, plugin.name].filter(Boolean).join(" ");
       const error = plugin.error && !event.kind.value.removed ? `: ${plugin.error}` : "";
-      return `${time} plugin ${state.padEnd(10)} ${plugin.socket}${what ? ` (${what})` : ""}${error}\n`;
+      return printable(`${time} plugin ${state.padEnd(10)} ${plugin.socket}${what ? ` (${what})` : ""}${error}`) + "\n";
     }
     case "resource": {
       const resource = event.kind.value.resource;
       if (!resource) return "";
       const state = event.kind.value.removed ? "removed" : resource.connected ? "connected" : "disconnected";
-      return `${time} resource ${resource.name} ${state} ${resource.healthy.length}/${resource.capacity} healthy\n`;
+      return printable(`${time} resource ${resource.name} ${state} ${resource.healthy.length}/${resource.capacity} healthy`) + "\n";
     }
     case "allocation": {
       const { owner, released, allocations } = event.kind.value;
       const devices = allocations.map((a) => `${a.resource}=${a.devices.join(",")}`).join(" ");
-      return `${time} ${released ? "released" : "allocated"} ${owner}${devices ? ` ${devices}` : ""}\n`;
+      return printable(`${time} ${released ? "released" : "allocated"} ${owner}${devices ? ` ${devices}` : ""}`) + "\n";
     }
     default:
       return "";
   }
 }
-

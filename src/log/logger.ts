@@ -8,6 +8,7 @@
  * log.info("plugin registered", { socket: "/run/p.sock", type: "DevicePlugin" });
  * ```
  */
+import { hasUnsafeCharacters, printable } from "./printable.ts";
 
 export const LOG_LEVELS = ["debug", "info", "warn", "error"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -77,12 +78,19 @@ function formatJson(time: Date, level: LogLevel, msg: string, fields: LogFields)
   return JSON.stringify({ time: time.toISOString(), level, msg, ...plain(fields) }) + "\n";
 }
 
+/**
+ * logfmt-style text for people: values with spaces, quotes, `=` or control
+ * characters are quoted JSON strings, and what JSON leaves raw (DEL, C1,
+ * bidi controls) is escaped too, so a plugin's name cannot forge a log line
+ * or drive the terminal.
+ */
 function formatText(time: Date, level: LogLevel, msg: string, fields: LogFields): string {
-  let line = `${time.toISOString()} ${level.toUpperCase().padEnd(5)} ${msg}`;
+  let line = `${time.toISOString()} ${level.toUpperCase().padEnd(5)} ${printable(msg)}`;
   for (const [key, value] of Object.entries(plain(fields))) {
     if (value === undefined) continue;
     const text = typeof value === "string" ? value : JSON.stringify(value);
-    line += ` ${key}=${/[\s"=]/.test(text) || text === "" ? JSON.stringify(text) : text}`;
+    const quoted = text === "" || /[\s"=\\]/.test(text) || hasUnsafeCharacters(text);
+    line += ` ${printable(key)}=${quoted ? printable(JSON.stringify(text)) : text}`;
   }
   return line + "\n";
 }

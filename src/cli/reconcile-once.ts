@@ -1,0 +1,120 @@
+/**
+ * `run --reconcile-once`: one pass for provisioning scripts. Discover and
+ * register every socket, wait until the verdict is known (or the timeout),
+ * print the report, exit (SPEC.md sections 1 and 6):
+ *   0 the report is ok, 1 it is not, 3 the agent could not start.
+ *
+ * The wait ends as soon as the outcome can no longer change: when the run is
+ * ok, or when every socket that is not registered was refused for a reason
+ * retrying cannot fix (no handler, the policy, the socket's owner), so a
+ * permanent refusal never waits out `--timeout`.
+ */
+import { handlerFactories } from "../agent.ts";
+import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type Expectations } from "../api/report.ts";
+import { buildStatus } from "../api/status.ts";
+import type { Logger } from "../log/logger.ts";
+import { formatDuration } from "../policy/duration.ts";
+import type { Policy } from "../policy/types.ts";
+import { PluginManager } from "../pluginmanager/manager.ts";
+import type { PluginRecord } from "../pluginmanager/types.ts";
+import type { CommandIO } from "./command.ts";
+import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
+import { printable } from "../log/printable.ts";
+
+export interface ReconcileSettings {
+  timeoutMs: number;
+  expectations: Expectations;
+  output: "text" | "json";
+}
+
+export async function reconcileOnce(policy: Policy, io: CommandIO, settings: ReconcileSettings): Promise<number> {
+  const startedAt = new Date();
+  const { expectations } = settings;
+  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories() });
+  try {
+    await manager.start();
+  } catch (error) {
+    await manager.stop().catch(() => {});
+    return cannotStart(error, io, settings.output);
+  }
+  await manager.whenSettled({
+    predicate: (plugins) => outcomeIsKnown(plugins, expectations),
+    signal: AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]),
+  });
+  await manager.stop();
+
+  const unfinished = `not registered within ${formatDuration(settings.timeoutMs)}`;
+  const plugins = manager.plugins().map((plugin) => finalState(plugin, unfinished));
+  const status = buildStatus({ node: policy.nodeName, plugins });
+  const report = buildReport(status, expectations, startedAt, new Date());
+  io.stdout(settings.output === "json" ? JSON.stringify(report, null, 2) + "\n" : reportToText(report, status));
+  logOutcome(io.log, report.ok, report.expectations.unmet, plugins);
+  return report.ok ? EXIT_OK : EXIT_FAILURE;
+}
+
+/** Exit 3, the reason on stderr, and for scripts (`--output json`) still one JSON object on stdout. */
+function cannotStart(error: unknown, io: CommandIO, output: "text" | "json"): number {
+  const reason = error instanceof Error ? error.message : String(error);
+  io.stderr(printable(`edgeplug: cannot start: ${reason}`) + "\n");
+  if (output === "json") io.stdout(JSON.stringify({ schema: REPORT_SCHEMA, ok: false, error: `cannot start: ${reason}` }, null, 2) + "\n");
+  return EXIT_CANNOT_START;
+}
+
+/**
+ * Refusals that another attempt cannot turn into a registration while the
+ * policy and the plugin stay as they are. Until the plugin manager records a
+ * typed reason, they are told apart by the refusal's wording (registration.ts
+ * and handler-set.ts write these).
+ */
+const PERMANENT_REFUSALS = [
+  /no handler registered for plugin type/,
+  /handler \S+ is not available in this build/,
+  /is not accepted from watch directory/,
+  /is (?:denied|not allowed) by handler/,
+  /none of the plugin's versions .* is accepted by handler/,
+  /not in security\.socketOwners/,
+];
+
+export function isPermanentRefusal(plugin: PluginRecord): boolean {
+  return plugin.state === "failed" && plugin.error !== null && PERMANENT_REFUSALS.some((pattern) => pattern.test(plugin.error!));
+}
+
+/**
+ * Whether the verdict is known, so the run can end now. Either way each socket
+ * must have had its first answer (none `pending`), so the report says what
+ * became of it rather than "not registered within".
+ * - ok: every socket counting, all registered; or the expectations met.
+ * - certainly not ok: every socket counting, one was refused for good; or a
+ *   required name was refused for good and no other socket may still turn
+ *   out to carry it. A count (`--expect`) never fails early: sockets may
+ *   still appear while a node boots.
+ */
+export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: Expectations): boolean {
+  if (plugins.some((plugin) => plugin.state === "pending")) return false;
+  const everySocketCounts = !hasExpectations(expectations) || expectations.strict;
+  const registered = plugins.filter((plugin) => plugin.state === "registered");
+  const expectMet = expectations.expect === null || registered.length >= expectations.expect;
+  const unmetNames = expectations.require.filter((name) => !registered.some((plugin) => plugin.name === name));
+  const expectationsMet = expectMet && unmetNames.length === 0;
+  if (everySocketCounts) {
+    return (expectationsMet && registered.length === plugins.length) || plugins.some(isPermanentRefusal);
+  }
+  const mayStillBe = (name: string) =>
+    plugins.some((plugin) => plugin.state !== "registered" && !isPermanentRefusal(plugin) && (plugin.name === null || plugin.name === name));
+  const refusedForGood = (name: string) =>
+    plugins.some((plugin) => plugin.name === name && isPermanentRefusal(plugin)) && !mayStillBe(name);
+  return expectationsMet || unmetNames.some(refusedForGood);
+}
+
+/** SPEC.md section 5: at the end of --reconcile-once a plugin that never registered is `failed`. */
+function finalState(plugin: PluginRecord, unfinished: string): PluginRecord {
+  if (plugin.state === "registered" || plugin.state === "failed") return plugin;
+  return { ...plugin, state: "failed", error: plugin.error ?? unfinished };
+}
+
+function logOutcome(log: Logger, ok: boolean, unmet: string[], plugins: PluginRecord[]): void {
+  const registered = plugins.filter((plugin) => plugin.state === "registered").length;
+  const fields = { registered, failed: plugins.length - registered, unmet };
+  if (ok) log.info("reconcile-once done", fields);
+  else log.warn("reconcile-once did not converge", fields);
+}

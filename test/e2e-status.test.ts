@@ -1,0 +1,91 @@
+/**
+ * `status` as a health check and a monitor relies on it (SPEC.md section 6),
+ * on the built executable: exit 1 when the agent reports not ok (--exit-zero
+ * keeps 0), `--watch` exits 1 saying so when the agent goes away, and the
+ * JSON of `status --output json` is the API's JSON (curl) with nulls added.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import * as path from "node:path";
+import { test } from "node:test";
+import { promisify } from "node:util";
+import { policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug } from "./support/agent-process.ts";
+import { startTestPlugin } from "./support/fake-plugin.ts";
+
+const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
+
+test("status exits 0 when the agent reports ok, 1 when not ok, and --exit-zero keeps 0", async (t) => {
+  const { policy, agent } = await startDaemon(t);
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  await good.waitForNotify();
+  const ok = await runEdgeplug(["status", "--api", policy.apiSocket]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.match(ok.stdout, /^node e2e-node: ok$/m);
+
+  const stranger = await startTestPlugin(t, { socketPath: path.join(policy.registry, "x.sock"), info: { type: "other.io/Thing", name: "x" } });
+  await stranger.waitForNotify();
+  for (const output of ["text", "json"]) {
+    const notOk = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", output]);
+    assert.equal(notOk.code, 1, `${output}: ${notOk.stderr}`);
+    assert.equal(notOk.stderr, "", "the output says it; stderr stays for failures to answer");
+    const kept = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", output, "--exit-zero"]);
+    assert.equal(kept.code, 0, kept.stderr);
+    assert.equal(kept.stdout.includes("x.sock"), true);
+  }
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+test("status --watch exits 1 with a message on stderr when the agent stops", async (t) => {
+  for (const output of ["text", "json"]) {
+    const { policy, agent } = await startDaemon(t);
+    const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", output]);
+    t.after(() => watcher.child.kill("SIGKILL"));
+    await new Promise<void>((resolve) => watcher.child.stdout!.once("data", () => resolve()));
+    agent.child.kill("SIGTERM");
+    assert.equal((await agent.exited).code, 0);
+    const { code } = await watcher.exited;
+    assert.equal(code, 1, `${output}: ${watcher.stderr()}`);
+    assert.match(watcher.stderr(), new RegExp(`^edgeplug status: .*agent at ${policy.apiSocket} went away`, "m"));
+  }
+});
+
+test("status --output json is the API's JSON (curl on Agent/Status) with absent values as null", async (t) => {
+  const policy = policyWithRegistry(t, { reconcile: "  timeouts: { getInfo: 60s }" });
+  // One registered plugin and one whose GetInfo never answers: every optional field both set and unset, and nothing moves.
+  const silent = await startTestPlugin(t, { socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await good.waitForNotify();
+  await silent.waitForGetInfo();
+
+  const cli = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json", "--exit-zero"]);
+  assert.equal(cli.code, 0, cli.stderr);
+  const { stdout } = await promisify(execFile)("curl", [
+    "--silent", "--fail-with-body", "--unix-socket", policy.apiSocket,
+    "-H", "content-type: application/json", "-d", "{}",
+    "http://localhost/edgeplug.v1.Agent/Status",
+  ]);
+  const fromCli = JSON.parse(cli.stdout);
+  const fromApi = JSON.parse(stdout);
+  assert.deepEqual(withoutNulls(fromCli), fromApi);
+  // Same members in the same order, where the API leaves a field out the CLI says null.
+  const pending = fromCli.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
+  assert.deepEqual(Object.keys(pending).slice(0, 11), [
+    "socket", "type", "name", "endpoint", "versions", "state", "attempts", "registeredAt", "error", "discoveredAt", "lastAttemptAt",
+  ]);
+  assert.deepEqual([pending.type, pending.name, pending.endpoint, pending.registeredAt, pending.error], [null, null, null, null, null]);
+  const apiPending = fromApi.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
+  assert.equal("type" in apiPending, false);
+  assert.equal(JSON.stringify(withoutNulls(fromCli)), JSON.stringify(fromApi), "member order too");
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+/** `value` with every null member of every object left out. */
+function withoutNulls(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutNulls);
+  if (typeof value !== "object" || value === null) return value;
+  return Object.fromEntries(Object.entries(value).filter(([, member]) => member !== null).map(([key, member]) => [key, withoutNulls(member)]));
+}
