@@ -4,7 +4,7 @@
  * `--log-level` never get here: main (cli.ts) handles them for every command.
  */
 import { parseArgs } from "node:util";
-import { formatDuration, parseDuration } from "../policy/duration.ts";
+import { formatDuration, MAX_TIMER_MS, parseDuration } from "../policy/duration.ts";
 import { UsageError } from "./command.ts";
 
 type OptionSpec = { type: "string" | "boolean"; multiple?: boolean; short?: string };
@@ -69,19 +69,13 @@ export function durationFlag(command: string, flag: string, value: string): numb
   }
 }
 
-/**
- * The longest wait a timer can hold: Node and Deno turn a longer delay into
- * 1 ms (issue 7), so a longer `--timeout` would end at once.
- */
-export const MAX_WAIT_MS = 2 ** 31 - 1;
-
-/** Parses a flag's Go duration as a wait: more than 0 and at most {@link MAX_WAIT_MS}. */
+/** Parses a flag's Go duration as a wait: more than 0 and at most MAX_TIMER_MS (a longer timer would fire after 1 ms). */
 export function waitFlag(command: string, flag: string, value: string): number {
   if (value.startsWith("-")) throw new UsageError(`edgeplug ${command}: --${flag}: must not be negative, got ${JSON.stringify(value)}`);
   const ms = durationFlag(command, flag, value);
   if (ms <= 0) throw new UsageError(`edgeplug ${command}: --${flag}: must be more than 0, got ${JSON.stringify(value)}`);
-  if (!(ms <= MAX_WAIT_MS)) {
-    throw new UsageError(`edgeplug ${command}: --${flag}: must be at most ${formatDuration(MAX_WAIT_MS)} (2^31-1 ms), got ${JSON.stringify(value)}`);
+  if (!(ms <= MAX_TIMER_MS)) {
+    throw new UsageError(`edgeplug ${command}: --${flag}: must be at most ${formatDuration(MAX_TIMER_MS)} (2^31-1 ms), got ${JSON.stringify(value)}`);
   }
   return ms;
 }
