@@ -19,6 +19,9 @@ import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manage
 import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
 import { createLogger, type Logger } from "./log/logger.ts";
+import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
+import { logDescriptorLimit } from "./platform/fd-limit.ts";
+import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 import type { HandlerFactories } from "./pluginmanager/types.ts";
@@ -95,7 +98,13 @@ export class EdgeplugAgent {
       gates: policy.api.socket === null ? [GATE_INITIAL_WALK] : [GATE_INITIAL_WALK, GATE_API_SERVING],
       isStalled: options.isStalled,
     });
-    this.metrics = policy.api.metrics === null ? null : createMetrics({ plugins: () => this.manager.plugins() });
+    this.metrics =
+      policy.api.metrics === null
+        ? null
+        : createMetrics({
+            plugins: () => this.manager.plugins(),
+            build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
+          });
     this.devices = new DeviceManager({
       log,
       gracePeriodMs: policy.devicePlugins.gracePeriodMs,
@@ -134,6 +143,8 @@ export class EdgeplugAgent {
           group: api.socketGroup,
           routes: agentRoutes({ status: () => this.status(), events: this.events, devices: this.devices }),
           log: this.#log,
+          health: this.health,
+          onLimit: (action) => this.metrics?.observeLimit("api", action),
         });
         this.health.markDone(GATE_API_SERVING);
       }
@@ -143,6 +154,7 @@ export class EdgeplugAgent {
           metrics: this.metrics,
           health: this.health,
           log: this.#log,
+          onLimit: (action) => this.metrics?.observeLimit("metrics", action),
         });
       }
       const { registrationSocket } = this.#policy.devicePlugins;
@@ -156,6 +168,7 @@ export class EdgeplugAgent {
       throw error;
     }
     this.health.markDone(GATE_INITIAL_WALK);
+    logDescriptorLimit(this.#log, this.#policy);
     this.#log.info("edgeplug running", {
       node: this.#policy.nodeName,
       policy: this.#policy.source,
@@ -209,7 +222,13 @@ export class EdgeplugAgent {
     });
     this.manager.applyPolicy(effective);
     this.#policy = effective;
+    this.metrics?.observeConfigReload(true);
     this.#log.info("policy reloaded", { policy: next.source, restartNeeded: needRestart.map(([key]) => key) });
+  }
+
+  /** A reload was refused (invalid policy file): the running policy stays, and the metrics say so. */
+  policyReloadFailed(): void {
+    this.metrics?.observeConfigReload(false);
   }
 
   /** Ends event streams, closes the API socket (removing it) and metrics, and stops the plugin manager. */
@@ -274,3 +293,4 @@ function failureReason(attempt: { state: string; error: string | null }): string
   const error = attempt.error ?? "";
   return FAILURE_REASONS.find(([pattern]) => pattern.test(error))?.[1] ?? "other";
 }
+

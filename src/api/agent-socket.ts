@@ -16,18 +16,22 @@
  * await api.close();
  * ```
  */
-import * as fs from "node:fs";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
-import * as path from "node:path";
-import { Duplex } from "node:stream";
 import type { ConnectRouter } from "@connectrpc/connect";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import type { Logger } from "../log/logger.ts";
+import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "./connection-guard.ts";
+import { serveHealthRequest, type Health, type HealthResponse } from "./health.ts";
+import { API_RATE_LIMITS, API_SOCKET_LIMITS, ApiRateLimiter, type ApiRateLimits, type ListenerLimits } from "./limits.ts";
+import { replayingDuplex, routeByPreface } from "./protocol-router.ts";
+import { bindPrivately, removeIfOurs, resolveGroupId } from "./socket-bind.ts";
 import { claimSocketPath } from "./socket-guard.ts";
+
+export { resolveGroupId } from "./socket-bind.ts";
 
 export interface ApiSocketOptions {
   socketPath: string;
@@ -43,10 +47,21 @@ export interface ApiSocketOptions {
   closeGraceMs?: number;
   /** A connection that sends nothing for this long is dropped (default 10 s). */
   firstBytesTimeoutMs?: number;
+  /** Answers GET /healthz and /readyz on the socket too (SPEC.md section 6). */
+  health?: Health;
+  /** Connection, timeout and body limits (default API_SOCKET_LIMITS). */
+  limits?: ListenerLimits;
+  /** Rate limits (default API_RATE_LIMITS); `now` is the limiter's clock, for tests. */
+  rateLimits?: ApiRateLimits;
+  now?: () => number;
+  /** Told of every connection or request the limits refused or ended (for metrics). */
+  onLimit?: (action: GuardAction | "rate_limited") => void;
 }
 
 export interface ApiSocketServer extends AsyncDisposable {
   readonly socketPath: string;
+  /** Connections open now. */
+  readonly connections: number;
   /**
    * Stops accepting, ends open calls (streams get a gRPC/Connect `unavailable`
    * status), closes every connection and removes the socket file. Safe to call twice.
@@ -54,10 +69,10 @@ export interface ApiSocketServer extends AsyncDisposable {
   close(): Promise<void>;
 }
 
-/** Sent by every HTTP/2 client first (RFC 9113 section 3.4). */
-const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
-/** sockaddr_un.sun_path holds 108 bytes including the terminating NUL. */
-const MAX_SOCKET_PATH_BYTES = 107;
+/** Concurrent streams one HTTP/2 connection may open (each WatchEvents call holds one). */
+const MAX_STREAMS_PER_SESSION = 100;
+/** The connection (HTTP/1.1 socket or HTTP/2 session) a call arrived on: what the rate limit is kept per. */
+const connectionKey = createContextKey<object>({}, { description: "edgeplug API connection" });
 
 /**
  * Claims `socketPath` (refusing one that still answers), binds it with `mode`
@@ -65,7 +80,8 @@ const MAX_SOCKET_PATH_BYTES = 107;
  * never exists at `socketPath` with wider permissions than `mode`: it is bound
  * inside a private 0700 directory next to it, given its mode and group there,
  * then hard-linked into place (which also fails instead of replacing a socket
- * that appeared meanwhile).
+ * that appeared meanwhile). Every connection is held to `limits` and every
+ * call to the rate limit (see docs/api.md, "Limits").
  */
 export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSocketServer> {
   const { socketPath, log } = options;
@@ -76,6 +92,13 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       : resolveGroupId(options.group, options.groupFile);
   await claimSocketPath(socketPath, { expect: "edgeplug-api", log });
 
+  const limits = options.limits ?? API_SOCKET_LIMITS;
+  const guard = new ConnectionGuard("api socket", limits, log, options.onLimit);
+  const rateLimiter = new ApiRateLimiter(options.rateLimits ?? API_RATE_LIMITS, options.now);
+  const rateLimited = () => {
+    options.onLimit?.("rate_limited");
+    return `rate limit exceeded (${rateLimiter.describe()}); retry later`;
+  };
   const shutdown = new AbortController();
   const handler = withPortableGrpcMessage(
     connectNodeAdapter({
@@ -86,25 +109,46 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       shutdownSignal: shutdown.signal,
       // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
       jsonOptions: { alwaysEmitImplicit: true },
+      readMaxBytes: limits.maxRequestBodyBytes,
+      contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)),
+      // Runs before the request body is read, so a refused call costs no parsing.
+      requestGate: (context) => {
+        if (!rateLimiter.admit(context.values.get(connectionKey))) {
+          throw new ConnectError(rateLimited(), Code.ResourceExhausted);
+        }
+      },
     }),
   );
-  const calls = trackCalls(handler);
-  const http1Server = http.createServer(calls.handle);
-  const http2Server = http2.createServer(calls.handle);
+  const calls = trackCalls((request, response) => {
+    if (!guard.checkRequest(request, response)) return;
+    if (options.health && isHealthPath(request)) {
+      if (!rateLimiter.admit(connectionOf(request))) {
+        const refusal: HealthResponse = response;
+        refusal.writeHead(429, { "content-type": "text/plain; charset=utf-8", "retry-after": "1" });
+        refusal.end(`${rateLimited()}\n`);
+        return;
+      }
+      request.resume();
+      serveHealthRequest(options.health, request, response);
+      return;
+    }
+    handler(request, response);
+  });
+  const http1Server = http.createServer(calls.handle as http.RequestListener);
+  const http2Server = http2.createServer({ settings: { maxConcurrentStreams: MAX_STREAMS_PER_SESSION } }, calls.handle);
   const sessions = new Set<http2.ServerHttp2Session>();
   http2Server.on("session", (session) => {
     sessions.add(session);
+    guard.trackHttp2(session);
     session.once("close", () => sessions.delete(session));
   });
   for (const server of [http1Server, http2Server]) {
     server.on("error", (error) => log.warn("api socket connection failed", { socket: socketPath, error }));
   }
 
-  const connections = new Set<net.Socket>();
   const firstBytesTimeoutMs = options.firstBytesTimeoutMs ?? 10_000;
   const listener = net.createServer((socket) => {
-    connections.add(socket);
-    socket.once("close", () => connections.delete(socket));
+    if (!guard.admit(socket)) return;
     socket.on("error", (error) => log.debug("api socket connection error", { socket: socketPath, error }));
     routeByPreface(socket, firstBytesTimeoutMs, (protocol, head) => {
       if (protocol === "http2") {
@@ -112,6 +156,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       } else {
         // node:http parses what the JS stream yields, so bytes put back are read again (measured on Node 24 and Deno 2.9).
         socket.unshift(head);
+        guard.trackHttp1(socket);
         http1Server.emit("connection", socket);
         socket.resume();
       }
@@ -123,6 +168,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     socket: socketPath,
     mode: `0${mode.toString(8)}`,
     ...(gid === null ? {} : { group: options.group, gid }),
+    maxConnections: limits.maxConnections,
   });
 
   let closing: Promise<void> | undefined;
@@ -133,105 +179,47 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       for (const session of sessions) session.close();
       http1Server.closeIdleConnections();
       await calls.drained(options.closeGraceMs ?? 500);
-      for (const socket of connections) socket.destroy();
+      guard.destroyAll();
       await listenerClosed;
       removeIfOurs(socketPath, inode);
     })();
     return closing;
   };
-  return { socketPath, close, [Symbol.asyncDispose]: close };
-}
-
-/**
- * The gid of a group named in /etc/group (or `groupFile`); a number is taken
- * as a gid. Throws an Error naming the group when there is no such group.
- */
-export function resolveGroupId(group: string, groupFile = "/etc/group"): number {
-  if (/^\d+$/.test(group)) return Number(group);
-  let text: string;
-  try {
-    text = fs.readFileSync(groupFile, "utf8");
-  } catch (error) {
-    throw new Error(`api.socketGroup: cannot read ${groupFile} to find group "${group}": ${(error as Error).message}`);
-  }
-  for (const line of text.split("\n")) {
-    const [name, , gid] = line.split(":");
-    if (name === group && gid !== undefined && /^\d+$/.test(gid)) return Number(gid);
-  }
-  throw new Error(`api.socketGroup: no group named "${group}" in ${groupFile}`);
-}
-
-type Protocol = "http1" | "http2";
-
-/**
- * Reads until the first bytes either match the whole HTTP/2 preface or stop
- * matching it, however the client split them into packets. A connection
- * that closes or stays silent before that is dropped.
- */
-function routeByPreface(
-  socket: net.Socket,
-  timeoutMs: number,
-  route: (protocol: Protocol, head: Buffer) => void,
-): void {
-  let head = Buffer.alloc(0);
-  const onData = (chunk: Buffer) => {
-    head = Buffer.concat([head, chunk]);
-    const compared = Math.min(head.length, HTTP2_PREFACE.length);
-    const matches = head.subarray(0, compared).equals(HTTP2_PREFACE.subarray(0, compared));
-    if (matches && head.length < HTTP2_PREFACE.length) return;
-    // Stop the flow before handing over, so no chunk is emitted with nobody listening.
-    socket.pause();
-    socket.off("data", onData);
-    socket.off("end", onEnd);
-    socket.setTimeout(0);
-    route(matches ? "http2" : "http1", head);
+  return {
+    socketPath,
+    get connections() {
+      return guard.size;
+    },
+    close,
+    [Symbol.asyncDispose]: close,
   };
-  const onEnd = () => socket.destroy();
-  socket.on("data", onData);
-  socket.once("end", onEnd);
-  socket.setTimeout(timeoutMs, () => socket.destroy());
 }
 
-/** A Duplex that first yields `head`, then whatever `socket` receives; writes go to `socket`. */
-function replayingDuplex(socket: net.Socket, head: Buffer): Duplex {
-  const duplex = new Duplex({
-    read() {
-      socket.resume();
-    },
-    write(chunk: Buffer, _encoding, callback) {
-      socket.write(chunk, (error) => callback(error ?? null));
-    },
-    final(callback) {
-      socket.end(() => callback());
-    },
-    destroy(error, callback) {
-      socket.destroy();
-      callback(error);
-    },
-  });
-  duplex.push(head);
-  socket.on("data", (chunk: Buffer) => {
-    if (!duplex.push(chunk)) socket.pause();
-  });
-  socket.once("end", () => duplex.push(null));
-  socket.once("close", () => duplex.destroy());
-  return duplex;
+/** HTTP/1.1: the socket; HTTP/2: the session, shared by the connection's streams. */
+function connectionOf(request: ServerRequest): object {
+  return "stream" in request ? request.stream.session ?? request.stream : request.socket;
 }
 
-type NodeHandler = ReturnType<typeof connectNodeAdapter>;
+function isHealthPath(request: ServerRequest): boolean {
+  if (request.method !== "GET" && request.method !== "HEAD") return false;
+  const url = request.url ?? "/";
+  return url === "/healthz" || url === "/readyz" || url.startsWith("/healthz?") || url.startsWith("/readyz?");
+}
+
+type RequestHandler = (request: ServerRequest, response: ServerResponse) => void;
 
 /** Counts calls in progress so that close() can wait for them to wrap up, and no longer. */
-function trackCalls(handler: NodeHandler) {
+function trackCalls(handler: RequestHandler) {
   let active = 0;
   let onIdle: (() => void) | undefined;
-  const handle = ((request: http.IncomingMessage, response: http.ServerResponse) => {
+  const handle = (request: ServerRequest, response: ServerResponse) => {
     active++;
     response.once("close", () => {
       active--;
       if (active === 0) onIdle?.();
     });
     handler(request, response);
-  }) as NodeHandler & http.RequestListener;
+  };
   const drained = (graceMs: number) =>
     new Promise<void>((resolve) => {
       if (active === 0) return resolve();
@@ -244,59 +232,3 @@ function trackCalls(handler: NodeHandler) {
   return { handle, drained };
 }
 
-/**
- * Binds `listener` to a socket in a fresh 0700 directory beside `socketPath`,
- * sets its mode and group there, then links it to `socketPath`. Returns the
- * socket's inode, so that close() removes only its own file.
- */
-async function bindPrivately(
-  listener: net.Server,
-  socketPath: string,
-  mode: number,
-  gid: number | null,
-): Promise<number> {
-  const privateDir = fs.mkdtempSync(path.join(path.dirname(socketPath), ".ep-"));
-  const boundPath = path.join(privateDir, "s");
-  try {
-    if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH_BYTES || Buffer.byteLength(boundPath) > MAX_SOCKET_PATH_BYTES) {
-      throw new Error(
-        `socket path ${socketPath} is too long: unix socket paths (and ${boundPath}, used while binding) must be at most ${MAX_SOCKET_PATH_BYTES} bytes`,
-      );
-    }
-    await new Promise<void>((resolve, reject) => {
-      listener.once("error", reject);
-      listener.listen(boundPath, () => {
-        listener.off("error", reject);
-        resolve();
-      });
-    });
-    try {
-      fs.chmodSync(boundPath, mode);
-      if (gid !== null) fs.chownSync(boundPath, -1, gid);
-      fs.linkSync(boundPath, socketPath);
-    } catch (error) {
-      listener.close();
-      throw error;
-    }
-    return fs.statSync(socketPath).ino;
-  } catch (error) {
-    throw new Error(`cannot serve the API on ${socketPath}: ${describeBindError(error, gid)}`);
-  } finally {
-    fs.rmSync(privateDir, { recursive: true, force: true });
-  }
-}
-
-function describeBindError(error: unknown, gid: number | null): string {
-  const code = (error as { code?: string }).code;
-  if (code === "EEXIST") return "another process created a file there while edgeplug was binding";
-  if (code === "EPERM" && gid !== null) return `not allowed to give the socket group ${gid} (${(error as Error).message})`;
-  return (error as Error).message;
-}
-
-function removeIfOurs(socketPath: string, inode: number): void {
-  try {
-    if (fs.lstatSync(socketPath).ino === inode) fs.unlinkSync(socketPath);
-  } catch {
-    // Already gone: nothing of ours to remove.
-  }
-}

@@ -15,7 +15,6 @@
  * health.markDone("initial-walk");
  * ```
  */
-import type * as http from "node:http";
 import { formatDuration } from "../policy/duration.ts";
 
 export interface HealthOptions {
@@ -109,13 +108,23 @@ export function createHealth(options: HealthOptions): Health {
   };
 }
 
+/** What serveHealthRequest needs of an HTTP/1.1 or HTTP/2 request and response. */
+export interface HealthRequest {
+  readonly url?: string | undefined;
+  readonly method?: string | undefined;
+}
+export interface HealthResponse {
+  writeHead(status: number, headers: Record<string, string | number>): unknown;
+  end(body: string): unknown;
+}
+
 /**
  * Answers `/healthz` and `/readyz` (GET or HEAD) from `health`; returns false
  * for any other path so the caller can serve it. 200 or 503, text/plain:
  * healthz says "ok" when healthy; otherwise, and always for readyz, one
  * `[+]name ok` / `[-]name reason` line per check and a verdict line.
  */
-export function serveHealthRequest(health: Health, request: http.IncomingMessage, response: http.ServerResponse): boolean {
+export function serveHealthRequest(health: Health, request: HealthRequest, response: HealthResponse): boolean {
   const pathname = new URL(request.url ?? "/", "http://localhost").pathname;
   if (pathname !== "/healthz" && pathname !== "/readyz") return false;
   const endpoint = pathname.slice(1);
@@ -130,7 +139,7 @@ export function serveHealthRequest(health: Health, request: http.IncomingMessage
     "cache-control": "no-store",
     "content-length": Buffer.byteLength(body),
   });
-  response.end(request.method === "HEAD" ? undefined : body);
+  response.end(request.method === "HEAD" ? "" : body);
   return true;
 }
 

@@ -96,3 +96,43 @@ test("api.metrics addresses: host:port, [v6]:port, :port; anything else names th
     assert.throws(() => parseListenAddress(bad), new RegExp(`api\\.metrics: expected host:port like "127\\.0\\.0\\.1:9478", got "${bad.replace(/[.]/g, "\\.")}"`));
   }
 });
+
+test("edgeplug_build_info names the build, and the reload gauges follow each reload's outcome", async () => {
+  let now = 1_700_000_000;
+  const metrics = createMetrics({
+    plugins: () => [],
+    processMetrics: false,
+    build: { version: "0.1.0", commit: "abc1234", runtime: "node v24.21.0" },
+    nowSeconds: () => now,
+  });
+  const atStart = await metrics.registry.metrics();
+  assert.equal(sample(atStart, 'edgeplug_build_info{version="0.1.0",commit="abc1234",runtime="node v24.21.0"}'), 1);
+  assert.equal(sample(atStart, "edgeplug_config_last_reload_successful"), 1, "the policy loaded at start counts");
+  assert.equal(sample(atStart, "edgeplug_config_last_reload_success_timestamp_seconds"), 1_700_000_000);
+
+  now += 60;
+  metrics.observeConfigReload(false);
+  const refused = await metrics.registry.metrics();
+  assert.equal(sample(refused, "edgeplug_config_last_reload_successful"), 0);
+  assert.equal(sample(refused, "edgeplug_config_last_reload_success_timestamp_seconds"), 1_700_000_000, "still the policy in force");
+
+  now += 60;
+  metrics.observeConfigReload(true);
+  const applied = await metrics.registry.metrics();
+  assert.equal(sample(applied, "edgeplug_config_last_reload_successful"), 1);
+  assert.equal(sample(applied, "edgeplug_config_last_reload_success_timestamp_seconds"), 1_700_000_120);
+  metrics.close();
+});
+
+test("limit refusals are counted by listener and a fixed action word", async () => {
+  const metrics = createMetrics({ plugins: () => [], processMetrics: false });
+  metrics.observeLimit("api", "rate_limited");
+  metrics.observeLimit("api", "rate_limited");
+  metrics.observeLimit("metrics", "connection_cap");
+  metrics.observeLimit("api", "not a word\nwith newline");
+  const text = await metrics.registry.metrics();
+  assert.equal(sample(text, 'edgeplug_limited_total{listener="api",action="rate_limited"}'), 2);
+  assert.equal(sample(text, 'edgeplug_limited_total{listener="metrics",action="connection_cap"}'), 1);
+  assert.equal(sample(text, 'edgeplug_limited_total{listener="api",action="other"}'), 1);
+  metrics.close();
+});

@@ -14,11 +14,9 @@
  * const endpoint = await serveMetricsEndpoint({ address: "127.0.0.1:9478", metrics, health, log });
  * ```
  */
-import * as http from "node:http";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Logger } from "../log/logger.ts";
 import { PLUGIN_STATES, type PluginRecord } from "../pluginmanager/types.ts";
-import { serveHealthRequest, type Health } from "./health.ts";
 
 /** What the plugin gauges need of each known socket. */
 export type PluginSample = Pick<PluginRecord, "socket" | "state">;
@@ -37,7 +35,21 @@ export interface MetricsSources {
   resources?: () => Iterable<ResourceSample>;
   /** Adds the process_* and nodejs_* metrics (default true). */
   processMetrics?: boolean;
+  /** What edgeplug_build_info says; absent, the gauge is not exported. */
+  build?: BuildInfo;
+  /** Seconds since the epoch clock for the reload timestamp (default Date.now() / 1000). */
+  nowSeconds?: () => number;
 }
+
+export interface BuildInfo {
+  version: string;
+  commit: string;
+  /** e.g. `node v24.21.0` */
+  runtime: string;
+}
+
+/** A listener that enforces limits: the API socket or the metrics endpoint. */
+export type LimitedListener = "api" | "metrics";
 
 export const REGISTRATION_RESULTS = ["success", "failure"] as const;
 export type RegistrationResult = (typeof REGISTRATION_RESULTS)[number];
@@ -54,6 +66,13 @@ export interface AgentMetrics {
   observeRegistration(type: string | null, result: RegistrationResult, seconds: number, reason?: string): void;
   /** Counts one allocation of devices of an existing `resource`. */
   observeAllocation(resource: string): void;
+  /**
+   * Records the outcome of a policy reload (SIGHUP). The policy loaded at
+   * start counts as the first successful load.
+   */
+  observeConfigReload(success: boolean): void;
+  /** Counts a connection or request that `listener`'s limits refused or ended, by `action` (a fixed word). */
+  observeLimit(listener: LimitedListener, action: string): void;
   /** Drops every metric from the registry. */
   close(): void;
 }
@@ -133,6 +152,34 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     registers,
   });
 
+  if (sources.build) {
+    new Gauge({
+      name: "edgeplug_build_info",
+      help: "Always 1; the labels say which edgeplug runs: version, commit and JavaScript runtime.",
+      labelNames: ["version", "commit", "runtime"],
+      registers,
+    }).set({ ...sources.build }, 1);
+  }
+  const nowSeconds = sources.nowSeconds ?? (() => Date.now() / 1000);
+  const reloadSuccessful = new Gauge({
+    name: "edgeplug_config_last_reload_successful",
+    help: "1 when the last policy load or reload (SIGHUP) succeeded, 0 when it was refused and the previous policy stayed.",
+    registers,
+  });
+  const reloadTimestamp = new Gauge({
+    name: "edgeplug_config_last_reload_success_timestamp_seconds",
+    help: "When the policy in force was loaded, in seconds since the Unix epoch.",
+    registers,
+  });
+  reloadSuccessful.set(1);
+  reloadTimestamp.set(nowSeconds());
+  const limited = new Counter({
+    name: "edgeplug_limited_total",
+    help: "Connections and requests refused or ended by a listener's limits, by listener (api, metrics) and action.",
+    labelNames: ["listener", "action"],
+    registers,
+  });
+
   const seenTypes = new Set<string>();
   const typeLabel = (type: string | null) => {
     const value = type ?? "unknown";
@@ -157,6 +204,13 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     observeAllocation(resource) {
       allocations.inc({ resource });
     },
+    observeConfigReload(success) {
+      reloadSuccessful.set(success ? 1 : 0);
+      if (success) reloadTimestamp.set(nowSeconds());
+    },
+    observeLimit(listener, action) {
+      limited.inc({ listener, action: REASON_PATTERN.test(action) ? action : "other" });
+    },
     close() {
       registry.clear();
       own.clear();
@@ -179,97 +233,4 @@ function processRegistry(): Registry {
   return sharedProcessRegistry;
 }
 
-export interface MetricsEndpointOptions {
-  /** api.metrics: `host:port`, `[v6 address]:port`, or `:port` for every interface; port 0 picks one. */
-  address: string;
-  metrics: AgentMetrics;
-  health?: Health;
-  log: Logger;
-}
-
-export interface MetricsEndpoint extends AsyncDisposable {
-  /** Where it listens, with the port actually bound. */
-  readonly host: string;
-  readonly port: number;
-  /** e.g. http://127.0.0.1:9478 */
-  readonly url: string;
-  close(): Promise<void>;
-}
-
-/**
- * Serves `/metrics` (Prometheus text), `/healthz` and `/readyz` on `address`.
- * Rejects with an Error naming api.metrics and the address when it cannot
- * listen (port in use, no such local address, permission denied).
- */
-export async function serveMetricsEndpoint(options: MetricsEndpointOptions): Promise<MetricsEndpoint> {
-  const { host, port } = parseListenAddress(options.address);
-  const { metrics, health, log } = options;
-  const server = http.createServer((request, response) => {
-    if (request.method !== "GET" && request.method !== "HEAD") {
-      response.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain; charset=utf-8" });
-      response.end("method not allowed\n");
-      return;
-    }
-    if (health && serveHealthRequest(health, request, response)) return;
-    const pathname = new URL(request.url ?? "/", "http://localhost").pathname;
-    if (pathname !== "/metrics") {
-      response.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
-      response.end("not found: try /metrics, /healthz or /readyz\n");
-      return;
-    }
-    metrics.registry.metrics().then(
-      (text) => {
-        response.writeHead(200, { "content-type": metrics.registry.contentType, "cache-control": "no-store" });
-        response.end(request.method === "HEAD" ? undefined : text);
-      },
-      (error: unknown) => {
-        log.warn("collecting metrics failed", { error });
-        response.writeHead(500, { "content-type": "text/plain; charset=utf-8" });
-        response.end(`collecting metrics failed: ${(error as Error).message}\n`);
-      },
-    );
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", (error) => reject(describeListenError(options.address, error)));
-    server.listen({ host, port }, () => resolve());
-  });
-  server.on("error", (error) => log.warn("metrics endpoint error", { error }));
-  const bound = server.address() as { address: string; port: number };
-  const shownHost = bound.address.includes(":") ? `[${bound.address}]` : bound.address;
-  const url = `http://${shownHost}:${bound.port}`;
-  log.info("metrics endpoint serving", { url });
-
-  let closing: Promise<void> | undefined;
-  const close = () => {
-    closing ??= new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    });
-    return closing;
-  };
-  return { host: bound.address, port: bound.port, url, close, [Symbol.asyncDispose]: close };
-}
-
-/** Splits api.metrics into host and port; throws naming the setting on anything else. */
-export function parseListenAddress(address: string): { host: string | undefined; port: number } {
-  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$/.exec(address);
-  const port = match ? Number(match[3]) : NaN;
-  if (!match || port > 65535) {
-    throw new Error(`api.metrics: expected host:port like "127.0.0.1:9478", got ${JSON.stringify(address)}`);
-  }
-  const host = match[1] ?? match[2];
-  return { host: host === "" ? undefined : host, port };
-}
-
-function describeListenError(address: string, error: Error): Error {
-  const code = (error as { code?: string }).code;
-  const why =
-    code === "EADDRINUSE"
-      ? "the address is already in use"
-      : code === "EADDRNOTAVAIL" || code === "ENOTFOUND"
-        ? "no such local address"
-        : code === "EACCES"
-          ? "permission denied"
-          : error.message;
-  return new Error(`api.metrics: cannot listen on ${address}: ${why}`, { cause: error });
-}
+export { parseListenAddress, serveMetricsEndpoint, type MetricsEndpoint, type MetricsEndpointOptions } from "./metrics-endpoint.ts";

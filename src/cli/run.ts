@@ -125,6 +125,7 @@ async function reloadPolicy(agent: EdgeplugAgent, configPath: string | undefined
   } catch (error) {
     const errors = error instanceof PolicyError ? error.issues.map(formatPolicyIssue) : [String(error)];
     log.error("policy reload refused; the running policy stays in force", { errors });
+    agent.policyReloadFailed();
     return;
   }
   agent.applyPolicy(next);

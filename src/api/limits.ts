@@ -1,0 +1,133 @@
+/**
+ * The bounds every listener of the agent holds its clients to (issue 7,
+ * SPEC.md section 6 "Limits"), and the token buckets of the API's rate
+ * limit. The values are documented in docs/api.md; change both together.
+ *
+ * @example
+ * ```ts
+ * const bucket = new TokenBucket({ perSecond: 100, burst: 10 });
+ * if (!bucket.take()) throw new ConnectError("slow down", Code.ResourceExhausted);
+ * ```
+ */
+
+export interface ListenerLimits {
+  /** Connections held open at once; one more is closed as soon as it is accepted. */
+  maxConnections: number;
+  /**
+   * A connection with no request in progress (just opened, between keep-alive
+   * requests, or still sending request headers however slowly) is closed after
+   * this long. For HTTP/2 it is a session with no open stream, e.g. a client
+   * that sent the preface and then nothing.
+   */
+  idleTimeoutMs: number;
+  /** A request whose body has not fully arrived this long after its headers is dropped. */
+  requestBodyTimeoutMs: number;
+  /** Request bodies (and each gRPC message) larger than this are refused without being read. */
+  maxRequestBodyBytes: number;
+}
+
+export interface RateLimit {
+  perSecond: number;
+  burst: number;
+}
+
+export interface ApiRateLimits {
+  /** Each client connection (unix sockets carry no peer address to key on). */
+  perConnection: RateLimit;
+  /**
+   * All connections together: a client opening a connection per request
+   * would otherwise get a fresh burst every time.
+   */
+  listener: RateLimit;
+}
+
+const MiB = 1024 * 1024;
+
+/** The API socket (api.socket). */
+export const API_SOCKET_LIMITS: ListenerLimits = {
+  maxConnections: 128,
+  idleTimeoutMs: 10_000,
+  requestBodyTimeoutMs: 30_000,
+  maxRequestBodyBytes: 4 * MiB,
+};
+
+/** The metrics, health and readiness endpoint (api.metrics): scraped by a few collectors at most. */
+export const METRICS_LISTENER_LIMITS: ListenerLimits = {
+  maxConnections: 64,
+  idleTimeoutMs: 10_000,
+  requestBodyTimeoutMs: 10_000,
+  // GET only: a body is never wanted, so a small one is tolerated and anything larger refused.
+  maxRequestBodyBytes: 64 * 1024,
+};
+
+/** The kubelet's pod-resources limit (100 qps, burst 10), per connection; ten times that for the whole socket. */
+export const API_RATE_LIMITS: ApiRateLimits = {
+  perConnection: { perSecond: 100, burst: 10 },
+  listener: { perSecond: 1000, burst: 100 },
+};
+
+/**
+ * A token bucket: holds at most `burst` tokens, refilled continuously at
+ * `perSecond`; take() spends one when there is one.
+ */
+export class TokenBucket {
+  readonly #perMs: number;
+  readonly #burst: number;
+  readonly #now: () => number;
+  #tokens: number;
+  #updatedAt: number;
+
+  constructor(limit: RateLimit, now: () => number = performance.now.bind(performance)) {
+    if (!(limit.perSecond > 0) || !(limit.burst >= 1)) {
+      throw new RangeError(`rate limit needs a positive rate and a burst of at least 1, got ${limit.perSecond}/s burst ${limit.burst}`);
+    }
+    this.#perMs = limit.perSecond / 1000;
+    this.#burst = limit.burst;
+    this.#now = now;
+    this.#tokens = limit.burst;
+    this.#updatedAt = now();
+  }
+
+  take(): boolean {
+    const at = this.#now();
+    this.#tokens = Math.min(this.#burst, this.#tokens + (at - this.#updatedAt) * this.#perMs);
+    this.#updatedAt = at;
+    if (this.#tokens < 1) return false;
+    this.#tokens -= 1;
+    return true;
+  }
+}
+
+/**
+ * The API's rate limit: a call is admitted when both its connection's bucket
+ * and the listener's bucket have a token. Buckets live as long as their
+ * connection object (a WeakMap), so closed connections cost nothing.
+ */
+export class ApiRateLimiter {
+  readonly #limits: ApiRateLimits;
+  readonly #now: (() => number) | undefined;
+  readonly #listener: TokenBucket;
+  readonly #connections = new WeakMap<object, TokenBucket>();
+
+  constructor(limits: ApiRateLimits = API_RATE_LIMITS, now?: () => number) {
+    this.#limits = limits;
+    this.#now = now;
+    this.#listener = new TokenBucket(limits.listener, now);
+  }
+
+  /** True when a call on `connection` may run now; false means answer ResourceExhausted / 429. */
+  admit(connection: object): boolean {
+    let bucket = this.#connections.get(connection);
+    if (!bucket) {
+      bucket = new TokenBucket(this.#limits.perConnection, this.#now);
+      this.#connections.set(connection, bucket);
+    }
+    // The connection's own bucket first, so a flooding connection does not drain the shared one.
+    return bucket.take() && this.#listener.take();
+  }
+
+  describe(): string {
+    const { perConnection, listener } = this.#limits;
+    return `${perConnection.perSecond} requests/s with bursts of ${perConnection.burst} per connection, ${listener.perSecond}/s for the whole socket`;
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * The API's rate limit (100 requests/s, burst 10 per connection, as the
+ * kubelet limits pod-resources): HTTP 429 for curl, ResourceExhausted for
+ * gRPC, a fresh bucket per connection, and plugin registration that still
+ * completes while a flood is being refused.
+ */
+import { test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as http from "node:http";
+import * as path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
+import { serveApiSocket } from "../src/api/agent-socket.ts";
+import { Agent, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
+import { createLogger } from "../src/log/logger.ts";
+import { parseDescriptorLimit } from "../src/platform/fd-limit.ts";
+import { dialUnix } from "../src/rpc/unix-channel.ts";
+import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
+import { requireBinary, startDaemon, waitForPath, writePolicy } from "./support/agent-process.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const quietLog = createLogger({ level: "error", write: () => {} });
+const routes = (router: ConnectRouter) =>
+  router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "rate-node" }) });
+
+/** An API socket whose rate limiter reads `clock.ms` instead of the real clock. */
+async function serveWithClock(t: TestContext) {
+  const clock = { ms: 0 };
+  const socketPath = path.join(tempDir(t), "api.sock");
+  const server = await serveApiSocket({ socketPath, routes, log: quietLog, now: () => clock.ms });
+  t.after(() => server.close());
+  return { socketPath, clock };
+}
+
+/** Status over HTTP/1.1 JSON on `agent`'s keep-alive connection (one connection: maxSockets 1). */
+function postStatus(socketPath: string, agent: http.Agent | false): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      { socketPath, agent, method: "POST", path: "/edgeplug.v1.Agent/Status", headers: { "content-type": "application/json" } },
+      (response) => {
+        let body = "";
+        response.setEncoding("utf8").on("data", (chunk: string) => (body += chunk));
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, body }));
+      },
+    );
+    request.on("error", reject);
+    request.end("{}");
+  });
+}
+
+function keepAlive(t: TestContext): http.Agent {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.after(() => agent.destroy());
+  return agent;
+}
+
+test("HTTP/1.1: a burst of 10 per connection, then 429 until tokens refill at 100/s; a new connection has its own", async (t) => {
+  const { socketPath, clock } = await serveWithClock(t);
+  const connection = keepAlive(t);
+  for (let i = 0; i < 10; i++) assert.equal((await postStatus(socketPath, connection)).status, 200, `request ${i + 1}`);
+  const refused = await postStatus(socketPath, connection);
+  assert.equal(refused.status, 429);
+  assert.equal(JSON.parse(refused.body).code, "resource_exhausted");
+  assert.match(JSON.parse(refused.body).message, /rate limit exceeded \(100 requests\/s with bursts of 10 per connection/);
+
+  const other = keepAlive(t);
+  assert.equal((await postStatus(socketPath, other)).status, 200, "another connection is not held back by the first");
+
+  clock.ms += 30; // three tokens at 100/s
+  const statuses = [];
+  for (let i = 0; i < 4; i++) statuses.push((await postStatus(socketPath, connection)).status);
+  assert.deepEqual(statuses, [200, 200, 200, 429]);
+});
+
+test("gRPC: the 11th call in a burst on one connection gets ResourceExhausted", async (t) => {
+  const { socketPath, clock } = await serveWithClock(t);
+  const channel = dialUnix(socketPath);
+  t.after(() => channel.close());
+  const client = createClient(Agent, channel.transport);
+  for (let i = 0; i < 10; i++) assert.equal((await client.status({})).node, "rate-node");
+  await assert.rejects(client.status({}), (error) => {
+    const connectError = ConnectError.from(error);
+    assert.equal(connectError.code, Code.ResourceExhausted);
+    assert.match(connectError.rawMessage, /rate limit exceeded/);
+    return true;
+  });
+  clock.ms += 10;
+  assert.equal((await client.status({})).node, "rate-node", "one token back after 10 ms");
+});
+
+test("the whole socket is limited too, so a connection per request gains no fresh bursts past 100", async (t) => {
+  const { socketPath } = await serveWithClock(t);
+  const statuses = await Promise.all(Array.from({ length: 110 }, () => postStatus(socketPath, false).then((r) => r.status)));
+  assert.equal(statuses.filter((status) => status === 200).length, 100);
+  assert.equal(statuses.filter((status) => status === 429).length, 10);
+});
+
+test("dist/edgeplug: a plugin registers promptly while the API is flooded past its rate limit", async (t) => {
+  const { policy } = await startDaemon(t);
+  // Eight keep-alive connections and eight connection-per-request loops, as fast as answers come.
+  let flooding = true;
+  const answered = { ok: 0, limited: 0, failed: 0 };
+  const flood = async (connection: http.Agent | false) => {
+    while (flooding) {
+      const { status } = await postStatus(policy.apiSocket, connection).catch(() => ({ status: 0 }));
+      if (status === 200) answered.ok++;
+      else if (status === 429) answered.limited++;
+      else answered.failed++;
+    }
+  };
+  const loops = [...Array.from({ length: 8 }, () => flood(keepAlive(t))), ...Array.from({ length: 8 }, () => flood(false))];
+  t.after(async () => {
+    flooding = false;
+    await Promise.all(loops);
+  });
+  await waitFor(() => answered.limited > 100, "the flood to be rate-limited", 10_000);
+
+  const startedAt = performance.now();
+  const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "under-flood.sock"), info: sensor() });
+  const notification = await plugin.waitForNotify(undefined, 5_000);
+  assert.equal(notification.registered, true);
+  const registrationMs = notification.at - startedAt;
+  flooding = false;
+  await Promise.all(loops);
+  assert.ok(registrationMs < 2_000, `registration took ${Math.round(registrationMs)} ms under the flood`);
+  assert.equal(answered.failed, 0, "every flood request was answered, 200 or 429");
+});
+
+test("dist/edgeplug started with a soft descriptor limit of 256 runs with its hard limit", async (t) => {
+  const policy = writePolicy(tempDir(t));
+  const child = spawn("sh", ["-c", 'ulimit -Sn 256 && exec "$0" run --config "$1"', requireBinary(), policy.path], {
+    stdio: "ignore",
+  });
+  t.after(() => child.kill("SIGKILL"));
+  await waitForPath(policy.apiSocket);
+  const limits = parseDescriptorLimit(fs.readFileSync(`/proc/${child.pid}/limits`, "utf8"));
+  const ours = parseDescriptorLimit(fs.readFileSync("/proc/self/limits", "utf8"));
+  assert.ok(limits && ours);
+  assert.equal(limits.hard, ours.hard);
+  assert.equal(limits.soft, limits.hard, "the soft limit was raised to the hard one");
+});
+
+async function waitFor(check: () => boolean, what: string, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
