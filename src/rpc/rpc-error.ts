@@ -15,7 +15,8 @@ export const RPC_FAILURES = [
   "canceled",
   /**
    * The peer accepted the connection but did not speak gRPC over HTTP/2: another
-   * protocol, an HTTP error status or content type, or malformed gRPC frames.
+   * protocol, an HTTP error status or content type, or malformed gRPC frames
+   * (Connect's "protocol error").
    */
   "not-grpc",
   /**
@@ -59,6 +60,8 @@ export function classifyRpcError(reason: unknown): RpcFailure {
   if (/^(HTTP \d{3}$|unsupported content type)/.test(error.rawMessage)) return "not-grpc";
   // A gRPC response cut off before its status: the peer closed the connection mid-call.
   if (error.rawMessage.startsWith("protocol error: missing status")) return "disconnected";
+  // Any other protocol error of Connect's client: the answer broke gRPC's framing rules.
+  if (error.rawMessage.startsWith("protocol error:")) return "not-grpc";
   if (nodeCodes.some((c) => /^(ECONNRESET|EPIPE|ERR_HTTP2_)/.test(c))) return "disconnected";
   return "status";
 }

@@ -1,7 +1,7 @@
 /**
- * A Connect gRPC client channel to one unix socket: unary calls go straight
- * over the channel's HTTP/2 connection (grpc-unary.ts), streams through
- * Connect's gRPC transport on the same connection. The channel opens its
+ * A Connect gRPC client channel to one unix socket: every call, unary or
+ * streaming, goes through Connect's gRPC transport on the channel's own HTTP/2
+ * connection (one transport per channel). The channel opens its
  * HTTP/2 connection on first use, re-dials on the next call after the peer went
  * away (a plugin restarted on the same path), and closes everything on
  * {@link UnixChannel.close}: short-lived callers (registration attempts,
@@ -23,7 +23,6 @@ import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { createGrpcUnary } from "./grpc-unary.ts";
 import { transportError } from "./rpc-error.ts";
 
 export interface DialOptions {
@@ -42,6 +41,13 @@ export interface UnixChannel extends AsyncDisposable {
   close(): void;
   /** Settles once close() was called and every connection the channel opened has closed. */
   readonly closed: Promise<void>;
+  /**
+   * Connects now (or takes the live connection) without making a call, for
+   * callers that watch a plugin's service connection (DRA). Fails as a call
+   * would (missing, stale, not-grpc, deadline); `lost` settles when that
+   * connection closes, whichever side closed it.
+   */
+  connect(): Promise<{ lost: Promise<void> }>;
 }
 
 /** What connect-node's HTTP/2 client asks of a session manager (its interface is not exported). */
@@ -66,6 +72,8 @@ interface Connection {
   readonly socket: net.Socket;
   readonly h2: http2.ClientHttp2Session;
   readonly streams: Set<http2.ClientHttp2Stream>;
+  /** Settles when the socket has closed. */
+  readonly lost: Promise<void>;
 }
 
 /** Opens a channel to the gRPC server on `socketPath`; nothing is dialed until the first call. */
@@ -88,12 +96,15 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
   function connect(): Promise<Connection> {
     return new Promise((resolve, reject) => {
       const socket = net.connect(socketPath);
-      const connection: Connection = { socket, h2: undefined as unknown as http2.ClientHttp2Session, streams: new Set() };
+      let markLost = () => {};
+      const lost = new Promise<void>((resolve) => (markLost = resolve));
+      const connection: Connection = { socket, h2: undefined as unknown as http2.ClientHttp2Session, streams: new Set(), lost };
       openSockets.add(socket);
       // Registered before http2's own listener: when the peer goes away, fail
       // the calls on this connection as "disconnected" before Node closes
       // their streams, which Connect would report as cancelled or truncated.
       socket.once("close", () => {
+        markLost();
         openSockets.delete(socket);
         connections.delete(connection);
         if (!isClosed) {
@@ -161,21 +172,23 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     return current;
   }
 
-  async function openStream(headers: http2.OutgoingHttpHeaders, requestOptions: http2.ClientSessionRequestOptions) {
+  /** The live connection, re-dialing when the last one went away (or received GOAWAY) since it was made. */
+  async function liveConnection(): Promise<Connection> {
     for (;;) {
       if (isClosed) throw channelClosedError();
       const attempt = connection();
       const conn = await attempt;
       if (isClosed) throw channelClosedError();
-      if (conn.h2.closed || conn.h2.destroyed) {
-        // The peer went away (or sent GOAWAY) since the last call: re-dial.
-        if (current === attempt) current = undefined;
-        continue;
-      }
-      const stream = conn.h2.request(headers, requestOptions);
-      holdWhileOpen(conn, stream);
-      return stream;
+      if (!conn.h2.closed && !conn.h2.destroyed) return conn;
+      if (current === attempt) current = undefined;
     }
+  }
+
+  async function openStream(headers: http2.OutgoingHttpHeaders, requestOptions: http2.ClientSessionRequestOptions) {
+    const conn = await liveConnection();
+    const stream = conn.h2.request(headers, requestOptions);
+    holdWhileOpen(conn, stream);
+    return stream;
   }
 
   const sessionManager: Http2SessionProvider = {
@@ -187,22 +200,16 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     },
   };
 
-  const readMaxBytes = options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES;
-  // Made on the first stream: most channels (registration, probes) never open one.
-  let streaming: Transport | undefined;
-  const streamingTransport = () =>
-    (streaming ??= createGrpcTransport({ baseUrl: BASE_URL, sessionManager, readMaxBytes, defaultTimeoutMs: options.defaultTimeoutMs }));
-  // Unary calls take the lean path (grpc-unary.ts) on the same connection; streams
-  // (ListAndWatch, WatchEvents) stay with Connect's client.
-  const transport: Transport = {
-    unary: createGrpcUnary({
-      peer: socketPath,
-      readMaxBytes,
-      defaultTimeoutMs: options.defaultTimeoutMs,
-      openStream: (headers) => openStream(headers, {}),
-    }),
-    stream: (...args) => streamingTransport().stream(...args),
-  };
+  // One transport per channel, made once: Connect's client keeps no state per
+  // call beyond the stream, and the session manager above replaces its own
+  // (no pings, no idle timer: close() ends the connection). No interceptors.
+  const transport = createGrpcTransport({
+    baseUrl: BASE_URL,
+    sessionManager,
+    readMaxBytes: options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES,
+    defaultTimeoutMs: options.defaultTimeoutMs,
+    acceptCompression: [],
+  });
 
   const close = () => {
     if (isClosed) return;
@@ -224,6 +231,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
     transport,
     close,
     closed,
+    connect: async () => ({ lost: (await liveConnection()).lost }),
     [Symbol.asyncDispose]: async () => {
       close();
       await closed;

@@ -89,9 +89,9 @@ export interface AgentProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts `dist/edgeplug ...args`. */
-export function startEdgeplug(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): AgentProcess {
-  const child = spawn(requireBinary(), args, {
+/** Starts `dist/edgeplug ...args` (or another build's executable: `binary`, for paired benchmarks). */
+export function startEdgeplug(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; binary?: string } = {}): AgentProcess {
+  const child = spawn(options.binary ?? requireBinary(), args, {
     cwd: options.cwd,
     env: options.env ?? { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     stdio: ["ignore", "pipe", "pipe"],
