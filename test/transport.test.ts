@@ -12,6 +12,7 @@ import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { createClient } from "@connectrpc/connect";
 import { DevicePlugin } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
+import { Registration } from "../src/gen/pluginregistration/v1/api_pb.ts";
 import type { RpcFailure } from "../src/rpc/rpc-error.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { devicePluginV1beta1, pluginRegistration, serviceOf } from "./support/kubelet-protos.ts";
@@ -45,9 +46,13 @@ test("a call whose deadline passes fails as 'deadline', and the plugin sees the 
     ],
   ]);
   t.after(() => peer.close());
-  const failure = await getInfoFailure(peer.socketPath, {}, 150);
+  // Connected first: a deadline that passed before the request left would never reach the plugin.
+  const channel = dialUnix(peer.socketPath);
+  t.after(() => channel.close());
+  await channel.connect();
+  const failure = await failureOf(() => createClient(Registration, channel.transport).getInfo({}, { timeoutMs: 300 }));
   expectFailure(failure, "deadline", /timed out/);
-  assert.ok(failure.elapsedMs >= 140 && failure.elapsedMs < 2_000, `failed after ${failure.elapsedMs} ms`);
+  assert.ok(failure.elapsedMs >= 290 && failure.elapsedMs < 5_000, `failed after ${failure.elapsedMs} ms`);
   await cancelled;
 });
 
