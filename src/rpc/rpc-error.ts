@@ -60,6 +60,8 @@ export function classifyRpcError(reason: unknown): RpcFailure {
   if (/^(HTTP \d{3}$|unsupported content type)/.test(error.rawMessage)) return "not-grpc";
   // A gRPC response cut off before its status: the peer closed the connection mid-call.
   if (error.rawMessage.startsWith("protocol error: missing status")) return "disconnected";
+  // connect-node's words for a stream the peer ended before answering (Deno reports a dropped session so).
+  if (/^http\/2 stream closed with error code .* before the response was received$/.test(error.rawMessage)) return "disconnected";
   // Any other protocol error of Connect's client: the answer broke gRPC's framing rules.
   if (error.rawMessage.startsWith("protocol error:")) return "not-grpc";
   if (nodeCodes.some((c) => /^(ECONNRESET|EPIPE|ERR_HTTP2_)/.test(c))) return "disconnected";
