@@ -16,6 +16,7 @@ import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEnd
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { GenericHandler } from "./handlers/generic.ts";
 import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
+import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
 import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
 import { createLogger, type Logger } from "./log/logger.ts";
@@ -32,10 +33,12 @@ import type { HandlerFactories } from "./pluginmanager/types.ts";
  * as they land (a factory returning a view of a long-lived manager, so that
  * a policy reload does not lose its state).
  */
-export function handlerFactories(devices: DeviceManager = detachedDeviceManager()): HandlerFactories {
+export function handlerFactories(devices: DeviceManager = detachedDeviceManager(), storage: CsiDraDrivers = csiDraDrivers()): HandlerFactories {
   return {
     generic: (policy) => new GenericHandler(policy),
     DevicePlugin: (policy, context) => devices.handler(policy, context),
+    CSIPlugin: (policy) => storage.csi.handler(policy),
+    DRAPlugin: (policy, context) => storage.dra.handler(policy, context),
   };
 }
 
@@ -75,6 +78,7 @@ const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
 export class EdgeplugAgent {
   readonly manager: PluginManager;
   readonly devices: DeviceManager;
+  readonly #csiDra: CsiDraDrivers;
   readonly events: EventStream;
   readonly health: Health;
   readonly metrics: AgentMetrics | null;
@@ -112,17 +116,18 @@ export class EdgeplugAgent {
       dialTimeoutMs: policy.reconcile.timeouts.dialMs,
       store: null,
     });
+    this.#csiDra = csiDraDrivers(log, policy.reconcile.timeouts.dialMs);
     this.manager = new PluginManager({
       policy,
       log,
       observer: this.#observer(),
-      handlers: handlerFactories(this.devices),
+      handlers: handlerFactories(this.devices, this.#csiDra),
     });
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
-        value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin), removed }),
+        value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin, csiDraDetails(this.#csiDra, plugin)), removed }),
       }),
     );
     this.devices.subscribe((change) => this.#publishDeviceChange(change));
@@ -187,6 +192,7 @@ export class EdgeplugAgent {
     return buildStatus({
       node: this.#policy.nodeName,
       plugins: this.manager.plugins(),
+      details: (record) => csiDraDetails(this.#csiDra, record),
       resources: this.devices.resources(),
       allocations: this.devices.allocations(),
     });
@@ -236,7 +242,7 @@ export class EdgeplugAgent {
     this.#stopped ??= (async () => {
       this.events.close();
       await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop()]);
-      await this.devices.stop();
+      await Promise.all([this.devices.stop(), this.#csiDra.dra.close()]);
       this.metrics?.close();
     })();
     return this.#stopped;

@@ -92,7 +92,7 @@ test("an undeclared type and a built-in type not in this build are failed; the u
   const dir = tempDir(t);
   const lines: string[] = [];
   const log = createLogger({ level: "info", format: "json", write: (line) => lines.push(line) });
-  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log });
+  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log, without: ["DRAPlugin"] });
   const gpus = [];
   for (let i = 0; i < 3; i++) gpus.push(await startTestPlugin(t, { socketPath: path.join(dir, `gpu${i}.sock`), info: { type: "DRAPlugin", name: "acme.io/gpu", versions: ["v1.DRAPlugin"] } }));
   const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });

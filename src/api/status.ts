@@ -15,6 +15,7 @@ import type {
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
 import type { PluginRecord } from "../pluginmanager/types.ts";
+import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {
   socket: string;
@@ -28,6 +29,9 @@ export interface PluginJson {
   error: string | null;
   discoveredAt: string | null;
   lastAttemptAt: string | null;
+  /** Set by the CSI / DRA handlers (docs/csi-dra.md); null for other plugins. */
+  csi: CsiJson | null;
+  dra: DraJson | null;
 }
 
 export interface ResourceJson {
@@ -55,7 +59,7 @@ export interface StatusJson {
 }
 
 /** Converts a plugin manager record to its API message. */
-export function pluginStatusFromRecord(record: PluginRecord): PluginStatus {
+export function pluginStatusFromRecord(record: PluginRecord, details: PluginDetails = {}): PluginStatus {
   return create(PluginStatusSchema, {
     socket: record.socket,
     type: record.type ?? undefined,
@@ -68,6 +72,7 @@ export function pluginStatusFromRecord(record: PluginRecord): PluginStatus {
     error: record.error ?? undefined,
     discoveredAt: optionalTimestamp(record.discoveredAt),
     lastAttemptAt: optionalTimestamp(record.lastAttemptAt),
+    ...details,
   });
 }
 
@@ -77,12 +82,14 @@ export function buildStatus(input: {
   plugins: PluginRecord[];
   resources?: ResourceStatus[];
   allocations?: AllocationStatus[];
+  /** A plugin's handler details (CSI, DRA). */
+  details?: (record: PluginRecord) => PluginDetails;
 }): StatusResponse {
   const resources = input.resources ?? [];
   return create(StatusResponseSchema, {
     ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected),
     node: input.node,
-    plugins: input.plugins.map(pluginStatusFromRecord),
+    plugins: input.plugins.map((record) => pluginStatusFromRecord(record, input.details?.(record))),
     resources,
     allocations: input.allocations ?? [],
   });
@@ -162,6 +169,7 @@ export function statusToText(status: StatusResponse, now: Date = new Date()): st
       ),
     );
   }
+  for (const [header, ...rows] of pluginDetailsTables(status)) lines.push("", ...table(header!, rows));
   if (status.resources.length > 0) {
     lines.push(
       "",

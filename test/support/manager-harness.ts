@@ -21,6 +21,8 @@ export const quietLog = createLogger({ level: "error", format: "text" });
 export interface StartManagerOptions {
   /** Merged over the agent's handler factories. */
   handlers?: HandlerFactories;
+  /** Built-in types left out, to play a build that lacks their handler. */
+  without?: string[];
   observer?: PluginManagerObserver;
   /** Default: {@link quietLog}. */
   log?: Logger;
@@ -35,7 +37,9 @@ export async function startManager(
   const manager = new PluginManager({
     policy: testPolicy(policy),
     log: options.log ?? quietLog,
-    handlers: { ...handlerFactories(), ...options.handlers },
+    handlers: Object.fromEntries(
+      Object.entries({ ...handlerFactories(), ...options.handlers }).filter(([type]) => !options.without?.includes(type)),
+    ),
     observer: options.observer,
   });
   const changes: PluginChange[] = [];

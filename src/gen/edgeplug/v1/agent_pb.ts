@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edgeplug/v1/agent.proto.
  */
 export const file_edgeplug_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCK6AQoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cyLmAgoMUGx1Z2luU3RhdHVzEg4KBnNvY2tldBgBIAEoCRIRCgR0eXBlGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhUKCGVuZHBvaW50GAQgASgJSAKIAQESEAoIdmVyc2lvbnMYBSADKAkSDQoFc3RhdGUYBiABKAkSEAoIYXR0ZW1wdHMYByABKA0SMQoNcmVnaXN0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoFZXJyb3IYCSABKAlIA4gBARIxCg1kaXNjb3ZlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2F0dGVtcHRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgcKBV90eXBlQgcKBV9uYW1lQgsKCV9lbmRwb2ludEIICgZfZXJyb3IiqwEKDlJlc291cmNlU3RhdHVzEgwKBG5hbWUYASABKAkSEAoIY2FwYWNpdHkYAiABKA0SEwoLYWxsb2NhdGFibGUYAyABKA0SDwoHaGVhbHRoeRgEIAMoCRIRCgl1bmhlYWx0aHkYBSADKAkSEQoJY29ubmVjdGVkGAYgASgIEg8KB3NvY2tldHMYByADKAkSEgoFZXJyb3IYCCABKAlIAIgBAUIICgZfZXJyb3IiVwoQQWxsb2NhdGlvblN0YXR1cxINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCSJkCg9BbGxvY2F0ZVJlcXVlc3QSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEi8KCXJlc291cmNlcxgDIAMoCzIcLmVkZ2VwbHVnLnYxLlJlc291cmNlUmVxdWVzdCIyCg9SZXNvdXJjZVJlcXVlc3QSEAoIcmVzb3VyY2UYASABKAkSDQoFY291bnQYAiABKA0iSAoQQWxsb2NhdGVSZXNwb25zZRI0CgthbGxvY2F0aW9ucxgBIAMoCzIfLmVkZ2VwbHVnLnYxLlJlc291cmNlQWxsb2NhdGlvbiKPAQoSUmVzb3VyY2VBbGxvY2F0aW9uEg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIQCghyZXNvdXJjZRgDIAEoCRIPCgdkZXZpY2VzGAQgAygJEjQKCHJlc3BvbnNlGAUgASgLMiIudjFiZXRhMS5Db250YWluZXJBbGxvY2F0ZVJlc3BvbnNlIh8KDlJlbGVhc2VSZXF1ZXN0Eg0KBW93bmVyGAEgASgJIkIKD1JlbGVhc2VSZXNwb25zZRIvCghyZWxlYXNlZBgBIAMoCzIdLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25TdGF0dXMiFAoSV2F0Y2hFdmVudHNSZXF1ZXN0IowCCgVFdmVudBIQCghzZXF1ZW5jZRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCghzbmFwc2hvdBgDIAEoCzIbLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlSAASKgoGcGx1Z2luGAQgASgLMhguZWRnZXBsdWcudjEuUGx1Z2luRXZlbnRIABIuCghyZXNvdXJjZRgFIAEoCzIaLmVkZ2VwbHVnLnYxLlJlc291cmNlRXZlbnRIABIyCgphbGxvY2F0aW9uGAYgASgLMhwuZWRnZXBsdWcudjEuQWxsb2NhdGlvbkV2ZW50SABCBgoEa2luZCJJCgtQbHVnaW5FdmVudBIpCgZwbHVnaW4YASABKAsyGS5lZGdlcGx1Zy52MS5QbHVnaW5TdGF0dXMSDwoHcmVtb3ZlZBgCIAEoCCJPCg1SZXNvdXJjZUV2ZW50Ei0KCHJlc291cmNlGAEgASgLMhsuZWRnZXBsdWcudjEuUmVzb3VyY2VTdGF0dXMSDwoHcmVtb3ZlZBgCIAEoCCJmCg9BbGxvY2F0aW9uRXZlbnQSDQoFb3duZXIYASABKAkSMgoLYWxsb2NhdGlvbnMYAiADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzEhAKCHJlbGVhc2VkGAMgASgIMqcCCgVBZ2VudBJDCgZTdGF0dXMSGi5lZGdlcGx1Zy52MS5TdGF0dXNSZXF1ZXN0GhsuZWRnZXBsdWcudjEuU3RhdHVzUmVzcG9uc2UiABJJCghBbGxvY2F0ZRIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRlUmVxdWVzdBodLmVkZ2VwbHVnLnYxLkFsbG9jYXRlUmVzcG9uc2UiABJGCgdSZWxlYXNlEhsuZWRnZXBsdWcudjEuUmVsZWFzZVJlcXVlc3QaHC5lZGdlcGx1Zy52MS5SZWxlYXNlUmVzcG9uc2UiABJGCgtXYXRjaEV2ZW50cxIfLmVkZ2VwbHVnLnYxLldhdGNoRXZlbnRzUmVxdWVzdBoSLmVkZ2VwbHVnLnYxLkV2ZW50IgAwAWIGcHJvdG8z", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
+  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCK6AQoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cyK8AwoMUGx1Z2luU3RhdHVzEg4KBnNvY2tldBgBIAEoCRIRCgR0eXBlGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhUKCGVuZHBvaW50GAQgASgJSAKIAQESEAoIdmVyc2lvbnMYBSADKAkSDQoFc3RhdGUYBiABKAkSEAoIYXR0ZW1wdHMYByABKA0SMQoNcmVnaXN0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoFZXJyb3IYCSABKAlIA4gBARIxCg1kaXNjb3ZlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2F0dGVtcHRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKA2NzaRgUIAEoCzIcLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cxIpCgNkcmEYFSABKAsyHC5lZGdlcGx1Zy52MS5EcmFEcml2ZXJTdGF0dXNCBwoFX3R5cGVCBwoFX25hbWVCCwoJX2VuZHBvaW50QggKBl9lcnJvciLzAQoPQ3NpRHJpdmVyU3RhdHVzEg8KB3ZlcnNpb24YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIcChRtYXhfdm9sdW1lc19wZXJfbm9kZRgDIAEoAxI8Cgh0b3BvbG9neRgEIAMoCzIqLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cy5Ub3BvbG9neUVudHJ5EhYKDnZlbmRvcl92ZXJzaW9uGAUgASgJEhkKEW5vZGVfY2FwYWJpbGl0aWVzGAYgAygJGi8KDVRvcG9sb2d5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ1Cg9EcmFEcml2ZXJTdGF0dXMSDwoHc2VydmljZRgBIAEoCRIRCgljb25uZWN0ZWQYAiABKAgSGAoQZHJpdmVyX2Nvbm5lY3RlZBgDIAEoCBIRCglpbnN0YW5jZXMYBCABKA0SEQoJcHJlZmVycmVkGAUgASgIIqsBCg5SZXNvdXJjZVN0YXR1cxIMCgRuYW1lGAEgASgJEhAKCGNhcGFjaXR5GAIgASgNEhMKC2FsbG9jYXRhYmxlGAMgASgNEg8KB2hlYWx0aHkYBCADKAkSEQoJdW5oZWFsdGh5GAUgAygJEhEKCWNvbm5lY3RlZBgGIAEoCBIPCgdzb2NrZXRzGAcgAygJEhIKBWVycm9yGAggASgJSACIAQFCCAoGX2Vycm9yIlcKEEFsbG9jYXRpb25TdGF0dXMSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEhAKCHJlc291cmNlGAMgASgJEg8KB2RldmljZXMYBCADKAkiZAoPQWxsb2NhdGVSZXF1ZXN0Eg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIvCglyZXNvdXJjZXMYAyADKAsyHC5lZGdlcGx1Zy52MS5SZXNvdXJjZVJlcXVlc3QiMgoPUmVzb3VyY2VSZXF1ZXN0EhAKCHJlc291cmNlGAEgASgJEg0KBWNvdW50GAIgASgNIkgKEEFsbG9jYXRlUmVzcG9uc2USNAoLYWxsb2NhdGlvbnMYASADKAsyHy5lZGdlcGx1Zy52MS5SZXNvdXJjZUFsbG9jYXRpb24ijwEKElJlc291cmNlQWxsb2NhdGlvbhINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCRI0CghyZXNwb25zZRgFIAEoCzIiLnYxYmV0YTEuQ29udGFpbmVyQWxsb2NhdGVSZXNwb25zZSIfCg5SZWxlYXNlUmVxdWVzdBINCgVvd25lchgBIAEoCSJCCg9SZWxlYXNlUmVzcG9uc2USLwoIcmVsZWFzZWQYASADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzIhQKEldhdGNoRXZlbnRzUmVxdWVzdCKMAgoFRXZlbnQSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoIc25hcHNob3QYAyABKAsyGy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZUgAEioKBnBsdWdpbhgEIAEoCzIYLmVkZ2VwbHVnLnYxLlBsdWdpbkV2ZW50SAASLgoIcmVzb3VyY2UYBSABKAsyGi5lZGdlcGx1Zy52MS5SZXNvdXJjZUV2ZW50SAASMgoKYWxsb2NhdGlvbhgGIAEoCzIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25FdmVudEgAQgYKBGtpbmQiSQoLUGx1Z2luRXZlbnQSKQoGcGx1Z2luGAEgASgLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiTwoNUmVzb3VyY2VFdmVudBItCghyZXNvdXJjZRgBIAEoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiZgoPQWxsb2NhdGlvbkV2ZW50Eg0KBW93bmVyGAEgASgJEjIKC2FsbG9jYXRpb25zGAIgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIQCghyZWxlYXNlZBgDIAEoCDKnAgoFQWdlbnQSQwoGU3RhdHVzEhouZWRnZXBsdWcudjEuU3RhdHVzUmVxdWVzdBobLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlIgASSQoIQWxsb2NhdGUSHC5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlcXVlc3QaHS5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlc3BvbnNlIgASRgoHUmVsZWFzZRIbLmVkZ2VwbHVnLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZWRnZXBsdWcudjEuUmVsZWFzZVJlc3BvbnNlIgASRgoLV2F0Y2hFdmVudHMSHy5lZGdlcGx1Zy52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEi5lZGdlcGx1Zy52MS5FdmVudCIAMAFiBnByb3RvMw", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message edgeplug.v1.StatusRequest
@@ -144,6 +144,21 @@ export type PluginStatus = Message<"edgeplug.v1.PluginStatus"> & {
    * @generated from field: google.protobuf.Timestamp last_attempt_at = 11;
    */
   lastAttemptAt?: Timestamp | undefined;
+
+  /**
+   * Field numbers 20 to 29 are the CSI and DRA handlers' details.
+   * What the CSI handler learned from the driver; set once it registered.
+   *
+   * @generated from field: edgeplug.v1.CsiDriverStatus csi = 20;
+   */
+  csi?: CsiDriverStatus | undefined;
+
+  /**
+   * The DRA handler's view of this instance and its driver; set for DRAPlugin sockets.
+   *
+   * @generated from field: edgeplug.v1.DraDriverStatus dra = 21;
+   */
+  dra?: DraDriverStatus | undefined;
 };
 
 /**
@@ -152,6 +167,110 @@ export type PluginStatus = Message<"edgeplug.v1.PluginStatus"> & {
  */
 export const PluginStatusSchema: GenMessage<PluginStatus> = /*@__PURE__*/
   messageDesc(file_edgeplug_v1_agent, 2);
+
+/**
+ * A registered CSI node driver, as NodeGetInfo, NodeGetCapabilities and
+ * GetPluginInfo answered when it registered.
+ *
+ * @generated from message edgeplug.v1.CsiDriverStatus
+ */
+export type CsiDriverStatus = Message<"edgeplug.v1.CsiDriverStatus"> & {
+  /**
+   * The highest CSI version the driver advertised that edgeplug accepts (1.x).
+   *
+   * @generated from field: string version = 1;
+   */
+  version: string;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId: string;
+
+  /**
+   * 0 when the driver leaves the limit to the orchestrator.
+   *
+   * @generated from field: int64 max_volumes_per_node = 3;
+   */
+  maxVolumesPerNode: bigint;
+
+  /**
+   * The driver's accessible topology segments (empty when it gave none).
+   *
+   * @generated from field: map<string, string> topology = 4;
+   */
+  topology: { [key: string]: string };
+
+  /**
+   * From GetPluginInfo; empty when the driver did not answer it.
+   *
+   * @generated from field: string vendor_version = 5;
+   */
+  vendorVersion: string;
+
+  /**
+   * NodeServiceCapability RPC types, by name (e.g. STAGE_UNSTAGE_VOLUME).
+   *
+   * @generated from field: repeated string node_capabilities = 6;
+   */
+  nodeCapabilities: string[];
+};
+
+/**
+ * Describes the message edgeplug.v1.CsiDriverStatus.
+ * Use `create(CsiDriverStatusSchema)` to create a new message.
+ */
+export const CsiDriverStatusSchema: GenMessage<CsiDriverStatus> = /*@__PURE__*/
+  messageDesc(file_edgeplug_v1_agent, 3);
+
+/**
+ * One DRA plugin instance (registration socket) and its driver.
+ *
+ * @generated from message edgeplug.v1.DraDriverStatus
+ */
+export type DraDriverStatus = Message<"edgeplug.v1.DraDriverStatus"> & {
+  /**
+   * The gRPC service chosen from the advertised ones, e.g. "v1.DRAPlugin".
+   *
+   * @generated from field: string service = 1;
+   */
+  service: string;
+
+  /**
+   * This instance's service connection is up.
+   *
+   * @generated from field: bool connected = 2;
+   */
+  connected: boolean;
+
+  /**
+   * Some instance of the driver is connected; false means the driver is disconnected.
+   *
+   * @generated from field: bool driver_connected = 3;
+   */
+  driverConnected: boolean;
+
+  /**
+   * Registered instances of the driver, this one included when registered.
+   *
+   * @generated from field: uint32 instances = 4;
+   */
+  instances: number;
+
+  /**
+   * This instance is the one calls for the driver go to (the newest connected one).
+   *
+   * @generated from field: bool preferred = 5;
+   */
+  preferred: boolean;
+};
+
+/**
+ * Describes the message edgeplug.v1.DraDriverStatus.
+ * Use `create(DraDriverStatusSchema)` to create a new message.
+ */
+export const DraDriverStatusSchema: GenMessage<DraDriverStatus> = /*@__PURE__*/
+  messageDesc(file_edgeplug_v1_agent, 4);
 
 /**
  * @generated from message edgeplug.v1.ResourceStatus
@@ -211,7 +330,7 @@ export type ResourceStatus = Message<"edgeplug.v1.ResourceStatus"> & {
  * Use `create(ResourceStatusSchema)` to create a new message.
  */
 export const ResourceStatusSchema: GenMessage<ResourceStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 3);
+  messageDesc(file_edgeplug_v1_agent, 5);
 
 /**
  * @generated from message edgeplug.v1.AllocationStatus
@@ -243,7 +362,7 @@ export type AllocationStatus = Message<"edgeplug.v1.AllocationStatus"> & {
  * Use `create(AllocationStatusSchema)` to create a new message.
  */
 export const AllocationStatusSchema: GenMessage<AllocationStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 4);
+  messageDesc(file_edgeplug_v1_agent, 6);
 
 /**
  * @generated from message edgeplug.v1.AllocateRequest
@@ -272,7 +391,7 @@ export type AllocateRequest = Message<"edgeplug.v1.AllocateRequest"> & {
  * Use `create(AllocateRequestSchema)` to create a new message.
  */
 export const AllocateRequestSchema: GenMessage<AllocateRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 5);
+  messageDesc(file_edgeplug_v1_agent, 7);
 
 /**
  * @generated from message edgeplug.v1.ResourceRequest
@@ -294,7 +413,7 @@ export type ResourceRequest = Message<"edgeplug.v1.ResourceRequest"> & {
  * Use `create(ResourceRequestSchema)` to create a new message.
  */
 export const ResourceRequestSchema: GenMessage<ResourceRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 6);
+  messageDesc(file_edgeplug_v1_agent, 8);
 
 /**
  * @generated from message edgeplug.v1.AllocateResponse
@@ -311,7 +430,7 @@ export type AllocateResponse = Message<"edgeplug.v1.AllocateResponse"> & {
  * Use `create(AllocateResponseSchema)` to create a new message.
  */
 export const AllocateResponseSchema: GenMessage<AllocateResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 7);
+  messageDesc(file_edgeplug_v1_agent, 9);
 
 /**
  * @generated from message edgeplug.v1.ResourceAllocation
@@ -350,7 +469,7 @@ export type ResourceAllocation = Message<"edgeplug.v1.ResourceAllocation"> & {
  * Use `create(ResourceAllocationSchema)` to create a new message.
  */
 export const ResourceAllocationSchema: GenMessage<ResourceAllocation> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 8);
+  messageDesc(file_edgeplug_v1_agent, 10);
 
 /**
  * @generated from message edgeplug.v1.ReleaseRequest
@@ -367,7 +486,7 @@ export type ReleaseRequest = Message<"edgeplug.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 9);
+  messageDesc(file_edgeplug_v1_agent, 11);
 
 /**
  * @generated from message edgeplug.v1.ReleaseResponse
@@ -386,7 +505,7 @@ export type ReleaseResponse = Message<"edgeplug.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 10);
+  messageDesc(file_edgeplug_v1_agent, 12);
 
 /**
  * @generated from message edgeplug.v1.WatchEventsRequest
@@ -399,7 +518,7 @@ export type WatchEventsRequest = Message<"edgeplug.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 11);
+  messageDesc(file_edgeplug_v1_agent, 13);
 
 /**
  * @generated from message edgeplug.v1.Event
@@ -452,7 +571,7 @@ export type Event = Message<"edgeplug.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 12);
+  messageDesc(file_edgeplug_v1_agent, 14);
 
 /**
  * @generated from message edgeplug.v1.PluginEvent
@@ -476,7 +595,7 @@ export type PluginEvent = Message<"edgeplug.v1.PluginEvent"> & {
  * Use `create(PluginEventSchema)` to create a new message.
  */
 export const PluginEventSchema: GenMessage<PluginEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 13);
+  messageDesc(file_edgeplug_v1_agent, 15);
 
 /**
  * @generated from message edgeplug.v1.ResourceEvent
@@ -498,7 +617,7 @@ export type ResourceEvent = Message<"edgeplug.v1.ResourceEvent"> & {
  * Use `create(ResourceEventSchema)` to create a new message.
  */
 export const ResourceEventSchema: GenMessage<ResourceEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 14);
+  messageDesc(file_edgeplug_v1_agent, 16);
 
 /**
  * @generated from message edgeplug.v1.AllocationEvent
@@ -527,7 +646,7 @@ export type AllocationEvent = Message<"edgeplug.v1.AllocationEvent"> & {
  * Use `create(AllocationEventSchema)` to create a new message.
  */
 export const AllocationEventSchema: GenMessage<AllocationEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 15);
+  messageDesc(file_edgeplug_v1_agent, 17);
 
 /**
  * @generated from service edgeplug.v1.Agent

@@ -1,0 +1,29 @@
+/**
+ * The CSI and DRA handlers' long-lived registries, as the composition root
+ * (src/agent.ts) holds them: one of each per agent, outliving policy reloads,
+ * and what they add to each plugin's status.
+ */
+import type { Logger } from "../log/logger.ts";
+import { createLogger } from "../log/logger.ts";
+import type { PluginRecord } from "../pluginmanager/types.ts";
+import { CsiDrivers } from "./csi.ts";
+import type { PluginDetails } from "./csi-dra-status.ts";
+import { DraDrivers } from "./dra.ts";
+
+/** The long-lived registries behind the CSIPlugin and DRAPlugin handlers. */
+export interface CsiDraDrivers {
+  csi: CsiDrivers;
+  dra: DraDrivers;
+}
+
+/** Quiet unless given a logger (probe and tests build handlers without an agent). */
+export function csiDraDrivers(log: Logger = createLogger({ level: "error" }), dialTimeoutMs?: number): CsiDraDrivers {
+  return { csi: new CsiDrivers({ log, dialTimeoutMs }), dra: new DraDrivers({ log, dialTimeoutMs }) };
+}
+
+/** What the CSI and DRA handlers add to a plugin's status. */
+export function csiDraDetails(drivers: CsiDraDrivers, record: PluginRecord): PluginDetails {
+  if (record.type === "CSIPlugin") return { csi: drivers.csi.details(record.socket, record.name) };
+  if (record.type === "DRAPlugin") return { dra: drivers.dra.details(record.socket, record.name) };
+  return {};
+}

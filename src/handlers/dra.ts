@@ -1,0 +1,201 @@
+/**
+ * The DRAPlugin handler, as the kubelet's DRA plugin handler: a driver
+ * advertises gRPC service names as its versions (the first one edgeplug
+ * serves wins), may run several instances at once (a rolling upgrade: one
+ * registration socket and one service endpoint each), and its service
+ * connection is watched, not just its registration socket: when an
+ * instance's connection drops, the plugin manager is told at once
+ * (connectionLost), and a driver with no connected instance shows as
+ * disconnected. Instances live in one long-lived registry, so that a policy
+ * reload, which rebuilds the handler, keeps them.
+ */
+import { create } from "@bufbuild/protobuf";
+import { DraDriverStatusSchema, type DraDriverStatus } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { Logger } from "../log/logger.ts";
+import type { HandlerPolicy } from "../policy/types.ts";
+import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
+import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
+
+/** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
+export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;
+
+/** What the handler needs of the plugin manager (HandlerContext). */
+export interface DraHandlerContext {
+  connectionLost(plugin: PluginRegistration, reason: string): void;
+}
+
+export interface DraDriversOptions {
+  log: Logger;
+  /** Bound on connecting to an instance's service endpoint (default 10 s). */
+  dialTimeoutMs?: number;
+}
+
+/** One registered instance of a driver. */
+interface DraInstance {
+  readonly plugin: PluginRegistration;
+  readonly service: string;
+  /** Registration order: the newest connected instance is preferred. */
+  readonly sequence: number;
+  readonly channel: UnixChannel;
+  connected: boolean;
+}
+
+const DEFAULT_DIAL_TIMEOUT_MS = 10_000;
+
+export class DraDrivers {
+  /** Driver name -> registration socket -> instance. */
+  readonly #drivers = new Map<string, Map<string, DraInstance>>();
+  readonly #log: Logger;
+  readonly #dialTimeoutMs: number;
+  #sequence = 0;
+  /** Connections closed and not yet gone. */
+  readonly #closing = new Set<Promise<void>>();
+
+  constructor(options: DraDriversOptions) {
+    this.#log = options.log;
+    this.#dialTimeoutMs = options.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
+  }
+
+  /** The handler for the DRAPlugin type: a view of this registry. */
+  handler(_policy: HandlerPolicy | undefined, context: DraHandlerContext): PluginHandler {
+    return {
+      validatePlugin: async (plugin) => {
+        chooseService(plugin.versions);
+        this.#refuseTakenEndpoint(plugin);
+      },
+      registerPlugin: (plugin, signal) => this.#register(plugin, signal, context),
+      deregisterPlugin: (plugin) => this.#deregister(plugin),
+    };
+  }
+
+  /** The instance calls for `driver` go to: the newest connected one, else the newest. */
+  preferred(driver: string): PluginRegistration | undefined {
+    return this.#preferredInstance(driver)?.plugin;
+  }
+
+  /** True when some instance of `driver` has its service connection up. */
+  isConnected(driver: string): boolean {
+    return [...(this.#drivers.get(driver)?.values() ?? [])].some((instance) => instance.connected);
+  }
+
+  /** What `status` shows for a DRAPlugin registration socket once GetInfo named its driver. */
+  details(socket: string, name: string | null): DraDriverStatus | undefined {
+    if (name === null) return undefined;
+    const instances = this.#drivers.get(name);
+    const instance = instances?.get(socket);
+    return create(DraDriverStatusSchema, {
+      service: instance?.service ?? "",
+      connected: instance?.connected ?? false,
+      driverConnected: this.isConnected(name),
+      instances: instances?.size ?? 0,
+      preferred: instance !== undefined && this.#preferredInstance(name) === instance,
+    });
+  }
+
+  /**
+   * Closes every instance's connection (the agent is stopping); nothing is
+   * reported lost. Resolves once every connection this registry opened,
+   * deregistered ones included, has closed.
+   */
+  async close(): Promise<void> {
+    const instances = [...this.#drivers.values()].flatMap((bySocket) => [...bySocket.values()]);
+    this.#drivers.clear();
+    for (const instance of instances) this.#closeChannel(instance.channel);
+    await Promise.all(this.#closing);
+  }
+
+  #closeChannel(channel: UnixChannel): void {
+    channel.close();
+    this.#closing.add(channel.closed);
+    void channel.closed.then(() => this.#closing.delete(channel.closed));
+  }
+
+  #preferredInstance(driver: string): DraInstance | undefined {
+    let best: DraInstance | undefined;
+    for (const instance of this.#drivers.get(driver)?.values() ?? []) {
+      const better = best === undefined || (instance.connected !== best.connected ? instance.connected : instance.sequence > best.sequence);
+      if (better) best = instance;
+    }
+    return best;
+  }
+
+  /** The kubelet refuses a second registration of an endpoint; so does edgeplug, whichever driver holds it. */
+  #refuseTakenEndpoint(plugin: PluginRegistration): void {
+    for (const [driver, instances] of this.#drivers) {
+      for (const instance of instances.values()) {
+        if (instance.plugin.endpoint === plugin.endpoint && instance.plugin.socket !== plugin.socket) {
+          throw new Error(`endpoint ${plugin.endpoint} already registered for DRA driver plugin ${driver}`);
+        }
+      }
+    }
+  }
+
+  async #register(plugin: PluginRegistration, signal: AbortSignal, context: DraHandlerContext): Promise<void> {
+    const service = chooseService(plugin.versions);
+    this.#refuseTakenEndpoint(plugin);
+    const log = this.#log.with({ driver: plugin.name, endpoint: plugin.endpoint, socket: plugin.socket });
+    const channel = dialUnix(plugin.endpoint, { connectTimeoutMs: this.#dialTimeoutMs });
+    let lost: Promise<void>;
+    try {
+      lost = (await abortable(channel.connect(), signal)).lost;
+    } catch (error) {
+      channel.close();
+      const kind = error instanceof Error && error.name === "AbortError" ? "canceled" : classifyRpcError(error);
+      throw new Error(`cannot connect to the ${service} service of DRA driver ${plugin.name} at ${plugin.endpoint} (${kind}): ${messageOf(error)}`, { cause: error });
+    }
+    this.#deregister(plugin, { quiet: true });
+    const instance: DraInstance = { plugin: { ...plugin, versions: [...plugin.versions] }, service, sequence: ++this.#sequence, channel, connected: true };
+    const instances = this.#drivers.get(plugin.name) ?? new Map<string, DraInstance>();
+    instances.set(plugin.socket, instance);
+    this.#drivers.set(plugin.name, instances);
+    log.info("DRA plugin instance registered", { service, instances: instances.size });
+    void lost.then(() => this.#onConnectionLost(instance, context));
+  }
+
+  #onConnectionLost(instance: DraInstance, context: DraHandlerContext): void {
+    const { plugin } = instance;
+    // Closed by deregistration or stop: not a loss.
+    if (this.#drivers.get(plugin.name)?.get(plugin.socket) !== instance) return;
+    instance.connected = false;
+    const log = this.#log.with({ driver: plugin.name, endpoint: plugin.endpoint, socket: plugin.socket });
+    if (this.isConnected(plugin.name)) log.warn("DRA plugin instance lost its service connection; another instance serves the driver");
+    else log.warn("DRA driver disconnected: no instance has a service connection");
+    context.connectionLost(plugin, `DRA service connection to ${plugin.endpoint} lost`);
+  }
+
+  #deregister(plugin: PluginRegistration, options: { quiet?: boolean } = {}): void {
+    const instances = this.#drivers.get(plugin.name);
+    const instance = instances?.get(plugin.socket);
+    if (instances === undefined || instance === undefined) return;
+    instances.delete(plugin.socket);
+    if (instances.size === 0) this.#drivers.delete(plugin.name);
+    this.#closeChannel(instance.channel);
+    if (!options.quiet) this.#log.info("DRA plugin instance unregistered", { driver: plugin.name, socket: plugin.socket, instances: instances.size });
+  }
+}
+
+/** The first advertised service edgeplug serves, or the kubelet's error. */
+export function chooseService(versions: readonly string[]): string {
+  if (versions.length === 0) throw new Error("empty list of supported gRPC services (aka supported versions)");
+  const chosen = versions.find((version) => (SUPPORTED_DRA_SERVICES as readonly string[]).includes(version));
+  if (chosen === undefined) {
+    const quoted = (list: readonly string[]) => `[${list.map((item) => JSON.stringify(item)).join(" ")}]`;
+    throw new Error(`none of services supported by the plugin (${quoted(versions)}) are supported by the kubelet (${quoted(SUPPORTED_DRA_SERVICES)})`);
+  }
+  return chosen;
+}
+
+/** `promise`, or a rejection as soon as `signal` aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
