@@ -39,6 +39,11 @@ export const podResourcesV1 = () => loadProto("podresources/v1/api.proto").v1 as
 export const edgeplugV1 = () =>
   ((loadProto("edgeplug/v1/agent.proto").edgeplug as grpc.GrpcObject).v1 as grpc.GrpcObject);
 export const csiV1 = () => ((loadProto("csi/v1/csi.proto").csi as grpc.GrpcObject).v1 as grpc.GrpcObject);
+/** The DRA kubelet plugin API; `version` is "v1" or "v1beta1" (package k8s.io.kubelet.pkg.apis.dra.<version>). */
+export const draPackage = (version: "v1" | "v1beta1") =>
+  `k8s.io.kubelet.pkg.apis.dra.${version}`
+    .split(".")
+    .reduce((pkg, part) => pkg[part] as grpc.GrpcObject, loadProto(`dra/${version}/api.proto`));
 
 /** The service constructor `name` (e.g. "DevicePlugin") of a loaded package, failing loudly when absent. */
 export function serviceOf(pkg: grpc.GrpcObject, name: string): grpc.ServiceClientConstructor {
