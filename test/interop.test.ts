@@ -4,7 +4,8 @@
  * from the same .proto files (protobuf.js codec):
  *
  * - grpc-js servers (plugins) called by the Connect client (dialUnix):
- *   pluginregistration.Registration, v1beta1.DevicePlugin, csi.v1 Identity and Node;
+ *   pluginregistration.Registration, v1beta1.DevicePlugin, csi.v1 Identity and Node,
+ *   DRAPlugin v1 and v1beta1;
  * - the Connect server (serveUnix) called by grpc-js clients:
  *   v1beta1.Registration, v1.PodResourcesLister, edgeplug.v1.Agent.
  *
@@ -25,11 +26,14 @@ import { Registration as PluginRegistration } from "../src/gen/pluginregistratio
 import { DevicePlugin, Registration as DevicePluginRegistration } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { PodResourcesLister } from "../src/gen/podresources/v1/api_pb.ts";
 import { Identity, Node } from "../src/gen/csi/v1/csi_pb.ts";
+import { DRAPlugin as DraV1 } from "../src/gen/dra/v1/api_pb.ts";
+import { DRAPlugin as DraV1beta1 } from "../src/gen/dra/v1beta1/api_pb.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { serveUnix } from "../src/rpc/unix-server.ts";
 import {
   csiV1,
+  draPackage,
   devicePluginV1beta1,
   edgeplugV1,
   pluginRegistration,
@@ -41,7 +45,7 @@ import { callUnary, grpcClient, startGrpcServer, type ServiceBinding } from "./s
 import { tempDir } from "./support/temp-dir.ts";
 import { describeMismatch, exchangesFor, loaderMismatch, reachableMessages, recordSetFields, type Exchange } from "./support/interop-data.ts";
 
-const PLUGIN_SIDE = { PluginRegistration, DevicePlugin, Identity, Node };
+const PLUGIN_SIDE = { PluginRegistration, DevicePlugin, Identity, Node, DraV1, DraV1beta1 };
 const AGENT_SIDE = { DevicePluginRegistration, PodResourcesLister, Agent };
 const exchanges = new Map<DescService, Map<string, Exchange>>(
   [...Object.values(PLUGIN_SIDE), ...Object.values(AGENT_SIDE)].map((service) => [service, exchangesFor(service)]),
@@ -121,6 +125,8 @@ const pluginSidePeers: Array<[DescService, () => grpc.ServiceClientConstructor]>
   [DevicePlugin, () => serviceOf(devicePluginV1beta1(), "DevicePlugin")],
   [Identity, () => serviceOf(csiV1(), "Identity")],
   [Node, () => serviceOf(csiV1(), "Node")],
+  [DraV1, () => serviceOf(draPackage("v1"), "DRAPlugin")],
+  [DraV1beta1, () => serviceOf(draPackage("v1beta1"), "DRAPlugin")],
 ];
 
 for (const [service, loaderService] of pluginSidePeers) {
