@@ -88,7 +88,7 @@ test("a CSI driver registers as with node-driver-registrar; a NodeGetInfo failur
   assert.deepEqual(plugin?.csi, {
     version: "1.0.0",
     nodeId: "edge-01",
-    maxVolumesPerNode: 8,
+    maxVolumesPerNode: "8",
     topology: { "topology.hostpath.csi/node": "edge-01" },
     vendorVersion: "v1.17.0",
     nodeCapabilities: ["STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS"],

@@ -61,7 +61,7 @@ test("dist/edgeplug with the sample CSI and DRA plugins: status shows the CSI dr
   assert.deepEqual(csi?.csi, {
     version: "1.0.0",
     nodeId: "e2e-node",
-    maxVolumesPerNode: 16,
+    maxVolumesPerNode: "16",
     topology: { "topology.kubernetes.io/zone": "zone-a" },
     vendorVersion: "0.1.0",
     nodeCapabilities: ["STAGE_UNSTAGE_VOLUME"],
