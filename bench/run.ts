@@ -20,6 +20,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   startup: () => import("./startup.ts"),
   registration: () => import("./registration.ts"),
   unary: () => import("./unary.ts"),
+  api: () => import("./api.ts"),
 };
 
 async function main(): Promise<number> {
