@@ -10,7 +10,8 @@
  * Four processes share the machine (daemon, plugin host, two flooders): on
  * 2 cores the numbers say how the daemon shares its CPU, not its peak rate.
  * Compare ratios within one run. Env: BENCH_FLOOD_MS (each flood, 8 s by
- * default), BENCH_API_TRIALS (registrations without a flood, 20).
+ * default), BENCH_API_TRIALS (registrations without a flood, 20), BENCH_API_MODES
+ * (the floods in order, comma-separated; all three by default).
  */
 import { fork } from "node:child_process";
 import { once } from "node:events";
@@ -29,10 +30,17 @@ const FLOOD_ENTRY = fileURLToPath(new URL("./support/api-flood.ts", import.meta.
 const FLOOD_MS = Number(process.env.BENCH_FLOOD_MS) || 8000;
 const BASELINE_TRIALS = Number(process.env.BENCH_API_TRIALS) || 20;
 const FLOOD_PROCESSES = 2;
+const ALL_MODES: readonly FloodMode[] = ["keepalive", "per-request", "grpc"];
+/** BENCH_API_MODES=grpc,grpc repeats a flood, e.g. to see whether RSS keeps growing. */
+const MODES: FloodMode[] = (process.env.BENCH_API_MODES?.split(",") ?? ALL_MODES).map((mode) => {
+  if (!ALL_MODES.includes(mode as FloodMode)) throw new Error(`BENCH_API_MODES: unknown flood ${mode}; known: ${ALL_MODES.join(", ")}`);
+  return mode as FloodMode;
+});
 const CONNECTIONS: Record<FloodMode, number> = { keepalive: 8, "per-request": 8, grpc: 4 };
 /** Registrations start after the flood is up to speed and stop before it winds down. */
 const FLOOD_RAMP_MS = 1000;
 const REGISTRATION_TIMEOUT_MS = 10_000;
+const SETTLE_PAUSE_MS = 3000;
 /** After a flood, connections still open are closed by the idle deadline at most this much later. */
 const SETTLE_MS = API_SOCKET_LIMITS.idleTimeoutMs + 2000;
 
@@ -58,11 +66,15 @@ async function registerOneByOne(host: PluginHost, registry: string, prefix: stri
   return { latenciesMs, failures };
 }
 
-function startFlood(request: FloodRequest): Promise<FloodReply> {
+/** Forks a flood process; resolves once it is loaded, with a function that starts it and resolves with its reply. */
+async function forkFlood(): Promise<(request: FloodRequest) => Promise<FloodReply>> {
   const child = fork(FLOOD_ENTRY, [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  const reply = once(child, "message").then(([message]) => message as FloodReply);
-  child.send(request);
-  return reply;
+  await once(child, "message");
+  return (request) => {
+    const reply = once(child, "message").then(([message]) => message as FloodReply);
+    child.send(request);
+    return reply;
+  };
 }
 
 function summary(latenciesMs: number[]) {
@@ -92,14 +104,13 @@ export async function run(): Promise<object> {
     const baseline = await registerOneByOne(host, policy.registry, "quiet", () => baselineLeft-- > 0);
 
     const floods: Record<string, object> = {};
-    for (const mode of ["keepalive", "per-request", "grpc"] as const) {
+    for (const [round, mode] of MODES.entries()) {
       progress(`flood: ${mode}, ${FLOOD_PROCESSES} processes x ${CONNECTIONS[mode]} connections, ${FLOOD_MS} ms`);
+      const flooders = await Promise.all(Array.from({ length: FLOOD_PROCESSES }, forkFlood));
       const ticksBefore = cpuTicks(pid);
       const startedAt = performance.now();
       const replies = Promise.all(
-        Array.from({ length: FLOOD_PROCESSES }, () =>
-          startFlood({ socket: policy.apiSocket, mode, connections: CONNECTIONS[mode], durationMs: FLOOD_MS }),
-        ),
+        flooders.map((start) => start({ socket: policy.apiSocket, mode, connections: CONNECTIONS[mode], durationMs: FLOOD_MS })),
       );
       await new Promise((resolve) => setTimeout(resolve, FLOOD_RAMP_MS));
       const stopRegisteringAt = startedAt + FLOOD_MS - FLOOD_RAMP_MS;
@@ -109,9 +120,11 @@ export async function run(): Promise<object> {
       const cpuSeconds = (cpuTicks(pid) - ticksBefore) / clockTicksPerSecond();
       const after = { rssKiB: residentKiB(pid), descriptors: openDescriptors(pid) };
       const settledAfterMs = await waitUntil(() => openDescriptors(pid) <= idle.descriptors + 5, SETTLE_MS);
+      // A pause with no traffic, so the RSS after it shows what the flood left behind rather than its garbage.
+      await new Promise((resolve) => setTimeout(resolve, SETTLE_PAUSE_MS));
       const total = (key: "ok" | "limited" | "failed") => answers.reduce((sum, reply) => sum + reply[key], 0);
       const seconds = floodMs / 1000;
-      floods[mode] = {
+      floods[Object.hasOwn(floods, mode) ? `${mode}#${round + 1}` : mode] = {
         connections: FLOOD_PROCESSES * CONNECTIONS[mode],
         durationMs: Math.round(floodMs),
         answeredPerSecond: Math.round((total("ok") + total("limited")) / seconds),

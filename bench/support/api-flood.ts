@@ -98,6 +98,8 @@ async function flood(request: FloodRequest): Promise<FloodReply> {
   return reply;
 }
 
+// Loaded and ready: the flood starts, and its clock with it, when the request arrives.
+process.send!({ ready: true });
 process.once("message", (request: FloodRequest) => {
   flood(request).then(
     (reply) => process.send!(reply, () => process.disconnect()),
