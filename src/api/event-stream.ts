@@ -20,16 +20,20 @@ interface Subscriber {
 }
 
 export const DEFAULT_SUBSCRIBER_QUEUE = 10_000;
+/** WatchEvents streams open at once (the API socket's 128 connections could otherwise hold 12,800). */
+export const DEFAULT_MAX_SUBSCRIBERS = 256;
 
 export class EventStream {
   readonly #subscribers = new Set<Subscriber>();
   readonly #snapshot: () => StatusResponse;
   readonly #maxQueue: number;
+  readonly #maxSubscribers: number;
   #closed = false;
 
-  constructor(snapshot: () => StatusResponse, maxQueue = DEFAULT_SUBSCRIBER_QUEUE) {
+  constructor(snapshot: () => StatusResponse, maxQueue = DEFAULT_SUBSCRIBER_QUEUE, maxSubscribers = DEFAULT_MAX_SUBSCRIBERS) {
     this.#snapshot = snapshot;
     this.#maxQueue = maxQueue;
+    this.#maxSubscribers = maxSubscribers;
   }
 
   get subscriberCount(): number {
@@ -55,6 +59,12 @@ export class EventStream {
 
   /** The snapshot, then events until `signal` aborts or the stream is closed. */
   async *subscribe(signal: AbortSignal): AsyncGenerator<Event> {
+    if (this.#subscribers.size >= this.#maxSubscribers) {
+      throw new ConnectError(
+        `too many WatchEvents streams open (${this.#maxSubscribers}); close one or retry later`,
+        Code.ResourceExhausted,
+      );
+    }
     const subscriber: Subscriber = { queue: [], wake: null, overflowed: false };
     // Subscribe before taking the snapshot so no event falls between the two.
     this.#subscribers.add(subscriber);
