@@ -1,62 +1,14 @@
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
-import * as net from "node:net";
+import type * as net from "node:net";
 import * as path from "node:path";
 import { test } from "node:test";
-import type { TestContext } from "node:test";
 import { tempDir } from "../../test/support/temp-dir.ts";
-import { createLogger } from "../log/logger.ts";
-import type { WatchDir } from "../policy/types.ts";
 import { DesiredStateOfWorld } from "./state.ts";
-import type { DesiredSocket } from "./state.ts";
 import { PluginWatcher } from "./watcher.ts";
+import { close, listen, paths, quietLog, startWatcher, until } from "./watcher-test-helpers.ts";
 
-const log = createLogger({ level: "error", format: "text" });
-
-/** A unix socket with a listener; closing the listener removes the file. */
-async function listen(t: TestContext, socketPath: string): Promise<net.Server> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
-  t.after(() => new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve())));
-  return server;
-}
-
-function close(server: net.Server): Promise<void> {
-  return new Promise((resolve) => server.close(() => resolve()));
-}
-
-function startWatcher(t: TestContext, dirs: (Partial<WatchDir> & { path: string })[]) {
-  const dsw = new DesiredStateOfWorld();
-  const watcher = new PluginWatcher({ dirs: dirs.map((dir) => ({ recursive: true, types: null, ...dir })), dsw, log });
-  t.after(() => watcher.stop());
-  watcher.start();
-  return { dsw, watcher };
-}
-
-/** Resolves when `predicate` holds over the desired sockets, re-checked on each change. */
-function until(dsw: DesiredStateOfWorld, predicate: (sockets: DesiredSocket[]) => boolean, what: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const deadline = AbortSignal.timeout(5000);
-    const check = () => {
-      if (!predicate(dsw.sockets())) return;
-      done();
-      resolve();
-    };
-    const fail = () => {
-      done();
-      reject(new Error(`timed out waiting for ${what}; desired: ${JSON.stringify(dsw.sockets().map((s) => s.socket))}`));
-    };
-    const unsubscribe = dsw.subscribe(check);
-    const done = () => {
-      unsubscribe();
-      deadline.removeEventListener("abort", fail);
-    };
-    deadline.addEventListener("abort", fail);
-    check();
-  });
-}
-
-const paths = (sockets: DesiredSocket[]) => sockets.map((socket) => socket.socket);
+const log = quietLog;
 
 test("a socket that appears is desired, and forgotten when it goes, ten times over (A.1)", async (t) => {
   const dir = tempDir(t);
