@@ -16,6 +16,8 @@ import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEnd
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { GenericHandler } from "./handlers/generic.ts";
 import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
+import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
+import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
 import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
@@ -65,6 +67,7 @@ export interface AgentOptions {
 /** Readiness gates (SPEC.md section 4, /readyz). */
 const GATE_INITIAL_WALK = "initial-walk";
 const GATE_API_SERVING = "api-serving";
+const GATE_CHECKPOINT = "checkpoint-restored";
 
 /** Settings that are bound at start; a reload that changes them is logged as needing a restart. */
 const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
@@ -99,7 +102,7 @@ export class EdgeplugAgent {
     this.health = createHealth({
       resyncMs: policy.reconcile.resyncMs,
       heartbeats: ["reconciler"],
-      gates: policy.api.socket === null ? [GATE_INITIAL_WALK] : [GATE_INITIAL_WALK, GATE_API_SERVING],
+      gates: policy.api.socket === null ? [GATE_CHECKPOINT, GATE_INITIAL_WALK] : [GATE_API_SERVING, GATE_CHECKPOINT, GATE_INITIAL_WALK],
       isStalled: options.isStalled,
     });
     this.metrics =
@@ -107,6 +110,8 @@ export class EdgeplugAgent {
         ? null
         : createMetrics({
             plugins: () => this.manager.plugins(),
+            resources: () => this.devices.resources(),
+            allocations: () => this.devices.allocations(),
             build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
           });
     this.devices = new DeviceManager({
@@ -114,7 +119,8 @@ export class EdgeplugAgent {
       gracePeriodMs: policy.devicePlugins.gracePeriodMs,
       maxDevicesPerResource: policy.security.maxDevicesPerResource,
       dialTimeoutMs: policy.reconcile.timeouts.dialMs,
-      store: null,
+      store: new CheckpointStore({ path: policy.checkpoint.path, log }),
+      observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
     });
     this.#csiDra = csiDraDrivers(log, policy.reconcile.timeouts.dialMs);
     this.manager = new PluginManager({
@@ -130,7 +136,10 @@ export class EdgeplugAgent {
         value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin, csiDraDetails(this.#csiDra, plugin)), removed }),
       }),
     );
-    this.devices.subscribe((change) => this.#publishDeviceChange(change));
+    this.devices.subscribe((change) => {
+      if (change.kind === "allocation" && !change.released) for (const resource of change.resources) this.metrics?.observeAllocation(resource);
+      this.#publishDeviceChange(change);
+    });
   }
 
   /**
@@ -166,6 +175,10 @@ export class EdgeplugAgent {
       if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) {
         this.#registrationServer = await serveRegistration({ socketPath: registrationSocket, manager: this.devices, log: this.#log });
       }
+      // After the sockets are claimed (a live agent beside this one keeps its checkpoint untouched), before any plugin connects.
+      const restored = await this.devices.restore();
+      this.metrics?.observeCheckpointRestore(restored.kind);
+      this.health.markDone(GATE_CHECKPOINT);
       await this.#beforeDiscovery?.();
       await this.manager.start();
     } catch (error) {
@@ -195,6 +208,7 @@ export class EdgeplugAgent {
       details: (record) => csiDraDetails(this.#csiDra, record),
       resources: this.devices.resources(),
       allocations: this.devices.allocations(),
+      checkpoint: checkpointStatus(this.#policy.checkpoint.path, this.devices.checkpointState()),
     });
   }
 

@@ -28,11 +28,23 @@ export interface ResourceSample {
   unhealthy: readonly string[];
 }
 
+/** What the allocated-devices gauge needs of each allocation. */
+export interface AllocationSample {
+  resource: string;
+  devices: readonly string[];
+}
+
+/** How the checkpoint was read at start. */
+export const CHECKPOINT_RESTORE_RESULTS = ["missing", "restored", "corrupt"] as const;
+export type CheckpointRestoreResult = (typeof CHECKPOINT_RESTORE_RESULTS)[number];
+
 export interface MetricsSources {
   /** Every socket the plugin manager knows (its desired state of the world). */
   plugins: () => Iterable<PluginSample>;
-  /** Every device-plugin resource; absent until the device manager exists. */
+  /** Every device-plugin resource (absent: no device gauges). */
   resources?: () => Iterable<ResourceSample>;
+  /** Every allocation (absent: no allocated-devices gauge). */
+  allocations?: () => Iterable<AllocationSample>;
   /** Adds the process_* and nodejs_* metrics (default true). */
   processMetrics?: boolean;
   /** What edgeplug_build_info says; absent, the gauge is not exported. */
@@ -66,6 +78,10 @@ export interface AgentMetrics {
   observeRegistration(type: string | null, result: RegistrationResult, seconds: number, reason?: string): void;
   /** Counts one allocation of devices of an existing `resource`. */
   observeAllocation(resource: string): void;
+  /** Counts one checkpoint write (success or failure) and its duration. */
+  observeCheckpointWrite(ok: boolean, seconds: number): void;
+  /** Counts how the checkpoint was read at start. */
+  observeCheckpointRestore(result: CheckpointRestoreResult): void;
   /**
    * Records the outcome of a policy reload (SIGHUP). The policy loaded at
    * start counts as the first successful load.
@@ -126,6 +142,21 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
       }
     },
   });
+  if (sources.allocations) {
+    const allocationsOf = sources.allocations;
+    new Gauge({
+      name: "edgeplug_allocated_devices",
+      help: "Devices allocated to owners, by resource.",
+      labelNames: ["resource"],
+      registers,
+      collect() {
+        this.reset();
+        const perResource = new Map<string, number>();
+        for (const { resource, devices } of allocationsOf()) perResource.set(resource, (perResource.get(resource) ?? 0) + devices.length);
+        for (const [resource, count] of perResource) this.set({ resource }, count);
+      },
+    });
+  }
   const registrations = new Counter({
     name: "edgeplug_registrations_total",
     help: "Plugin registration attempts by plugin type and result (success, failure).",
@@ -151,6 +182,26 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     labelNames: ["resource"],
     registers,
   });
+  const checkpointWrites = new Counter({
+    name: "edgeplug_checkpoint_writes_total",
+    help: "Checkpoint writes by result (success, failure).",
+    labelNames: ["result"],
+    registers,
+  });
+  const checkpointWriteLatency = new Histogram({
+    name: "edgeplug_checkpoint_write_duration_seconds",
+    help: "Duration of checkpoint writes (encode, write, fsync, rename, fsync of the directory), failed ones included.",
+    buckets: REGISTRATION_BUCKETS,
+    registers,
+  });
+  const checkpointRestores = new Counter({
+    name: "edgeplug_checkpoint_restores_total",
+    help: "How the checkpoint was read at start: missing, restored, or corrupt (moved aside).",
+    labelNames: ["result"],
+    registers,
+  });
+  for (const result of REGISTRATION_RESULTS) checkpointWrites.inc({ result }, 0);
+  for (const result of CHECKPOINT_RESTORE_RESULTS) checkpointRestores.inc({ result }, 0);
 
   if (sources.build) {
     new Gauge({
@@ -203,6 +254,13 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     },
     observeAllocation(resource) {
       allocations.inc({ resource });
+    },
+    observeCheckpointWrite(ok, seconds) {
+      checkpointWrites.inc({ result: ok ? "success" : "failure" });
+      checkpointWriteLatency.observe(seconds);
+    },
+    observeCheckpointRestore(result) {
+      checkpointRestores.inc({ result });
     },
     observeConfigReload(success) {
       reloadSuccessful.set(success ? 1 : 0);

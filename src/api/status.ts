@@ -8,6 +8,7 @@ import { create, toJson, type DescMessage, type JsonObject, type JsonValue } fro
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type {
   AllocationStatus,
+  CheckpointStatus,
   PluginStatus,
   ResourceStatus,
   StatusResponse,
@@ -50,12 +51,25 @@ export interface AllocationJson {
   devices: string[];
 }
 
+export interface CheckpointJson {
+  path: string;
+  restore: "pending" | "missing" | "restored" | "corrupt";
+  restoreError: string | null;
+  movedTo: string | null;
+  writes: number;
+  writeFailures: number;
+  lastWriteAt: string | null;
+  writeError: string | null;
+}
+
 export interface StatusJson {
   ok: boolean;
   node: string;
   plugins: PluginJson[];
   resources: ResourceJson[];
   allocations: AllocationJson[];
+  /** null where the device state is not checkpointed. */
+  checkpoint: CheckpointJson | null;
 }
 
 /** Converts a plugin manager record to its API message. */
@@ -82,6 +96,8 @@ export function buildStatus(input: {
   plugins: PluginRecord[];
   resources?: ResourceStatus[];
   allocations?: AllocationStatus[];
+  /** The device checkpoint, where there is one. */
+  checkpoint?: CheckpointStatus;
   /** A plugin's handler details (CSI, DRA). */
   details?: (record: PluginRecord) => PluginDetails;
 }): StatusResponse {
@@ -92,6 +108,7 @@ export function buildStatus(input: {
     plugins: input.plugins.map((record) => pluginStatusFromRecord(record, input.details?.(record))),
     resources,
     allocations: input.allocations ?? [],
+    checkpoint: input.checkpoint,
   });
 }
 
@@ -149,7 +166,7 @@ function isPlainObject(value: JsonValue): value is JsonObject {
  * resources and allocations when there are any.
  */
 export function statusToText(status: StatusResponse, now: Date = new Date()): string {
-  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`];
+  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status)];
   if (status.plugins.length === 0) {
     lines.push("", "no plugin sockets found");
   } else {
@@ -195,6 +212,18 @@ export function statusToText(status: StatusResponse, now: Date = new Date()): st
     );
   }
   return lines.join("\n") + "\n";
+}
+
+/** Only what needs attention: a corrupt checkpoint at start, a failing write. */
+function checkpointLines({ checkpoint }: StatusResponse): string[] {
+  if (!checkpoint) return [];
+  const lines: string[] = [];
+  const where = `checkpoint ${printable(checkpoint.path)}`;
+  if (checkpoint.restore === "corrupt") {
+    lines.push(`${where}: corrupt at start (${printable(checkpoint.restoreError ?? "")}); moved aside to ${printable(checkpoint.movedTo ?? "")}, started with no allocations`);
+  }
+  if (checkpoint.writeError !== undefined) lines.push(`${where}: last write failed: ${printable(checkpoint.writeError)}`);
+  return lines;
 }
 
 /** Columns padded to their widest cell; cells come from plugins and are shown with control characters escaped. */

@@ -2,6 +2,7 @@
  * Builds loaded-policy objects for tests, with the SPEC.md defaults and short
  * timeouts, without going through the YAML loader.
  */
+import * as path from "node:path";
 import type { HandlerPolicy, Policy, WatchDir } from "../../src/policy/types.ts";
 
 export interface TestPolicyOptions {
@@ -14,6 +15,8 @@ export interface TestPolicyOptions {
   timeouts?: Partial<Policy["reconcile"]["timeouts"]>;
   socketOwners?: number[];
   maxPlugins?: number;
+  /** Default: `state/kubelet_internal_checkpoint` beside the first watch dir (tests watch `<tempDir>/registry`). */
+  checkpointPath?: string;
 }
 
 /** A policy watching `options.watch`, handling `acme.io/Sensor` generically unless told otherwise. */
@@ -30,7 +33,7 @@ export function testPolicy(options: TestPolicyOptions): Policy {
     watch: options.watch.map((dir) => (typeof dir === "string" ? { path: dir, recursive: true, types: null } : { recursive: true, types: null, ...dir })),
     handlers,
     devicePlugins: { registrationSocket: null, gracePeriodMs: 300_000 },
-    checkpoint: { path: "/nonexistent/edgeplug-test-checkpoint" },
+    checkpoint: { path: options.checkpointPath ?? defaultCheckpointPath(options.watch) },
     reconcile: {
       resyncMs: options.resyncMs ?? 3_600_000,
       backoff: options.backoff ?? { initialMs: 20, maxMs: 200 },
@@ -41,4 +44,10 @@ export function testPolicy(options: TestPolicyOptions): Policy {
     log: { level: "warn", format: "text" },
     source: "<test>",
   };
+}
+
+function defaultCheckpointPath(watch: TestPolicyOptions["watch"]): string {
+  const first = watch[0];
+  if (first === undefined) throw new Error("testPolicy: at least one watch dir, or a checkpointPath");
+  return path.join(path.dirname(typeof first === "string" ? first : first.path), "state", "kubelet_internal_checkpoint");
 }

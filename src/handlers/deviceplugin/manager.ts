@@ -12,13 +12,13 @@
  * const manager = new PluginManager({ policy, log, handlers: { DevicePlugin: (p, c) => devices.handler(p, c) } });
  * ```
  */
-import { create } from "@bufbuild/protobuf";
 import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
-import { AllocationStatusSchema, ResourceStatusSchema } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { systemClock, type Clock } from "../../pluginmanager/operations.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
+import { CheckpointWriter, type CheckpointWriteOutcome, type CheckpointWriteStats } from "./checkpoint-writer.ts";
 import { allocate, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
+import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { entryDeviceIds, PodDevices, type DeviceStateStore, type RestoreResult } from "./pod-devices.ts";
@@ -29,14 +29,26 @@ export interface DeviceManagerOptions {
   gracePeriodMs: number;
   maxDevicesPerResource: number;
   dialTimeoutMs: number;
-  /** Where the device state is checkpointed; null keeps it in memory only. */
+  /** Where the device state is checkpointed; null keeps it in memory only. With a store, connect() waits for restore(). */
   store: DeviceStateStore | null;
   clock?: Clock;
+  /** Told of every checkpoint write (metrics). */
+  observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;
 }
+
+/** What status says about the checkpoint. */
+export interface CheckpointState {
+  /** How the checkpoint was read at start; null before restore() (or without a store). */
+  restore: RestoreResult | null;
+  writes: CheckpointWriteStats;
+}
+
+/** How long stop() waits for the last checkpoint write, inside SPEC's 2 s to exit. */
+const STOP_FLUSH_MS = 1000;
 
 export type DeviceChange =
   | { kind: "resource"; resource: string; removed: boolean }
-  | { kind: "allocation"; owner: string; released: boolean };
+  | { kind: "allocation"; owner: string; released: boolean; /** resources newly allocated or freed */ resources: string[] };
 
 export interface ConnectOptions {
   signal?: AbortSignal;
@@ -47,33 +59,44 @@ export interface ConnectOptions {
 export class DeviceManager {
   readonly #log: Logger;
   readonly #store: DeviceStateStore | null;
+  readonly #writer: CheckpointWriter | null;
   readonly #resources: ResourceTable;
   readonly #pods = new PodDevices();
+  readonly #statusView = new ResourceStatusView();
   readonly #onLost = new Map<DevicePluginEndpoint, (reason: string) => void>();
   readonly #listeners = new Set<(change: DeviceChange) => void>();
   readonly #firstList = new Map<string, Promise<void>>();
   #maxDevices: number;
   #dialTimeoutMs: number;
   #allocating: Promise<unknown> = Promise.resolve();
-  #checkpointPending = false;
-  #checkpointWrites: Promise<void> = Promise.resolve();
+  #restoreResult: RestoreResult | null = null;
+  /** Settles when the checkpoint has been read (at once without a store): connect waits for it. */
+  readonly #restored: Promise<void>;
+  #markRestored: () => void = () => {};
   #stopped = false;
-  /** Counters for metrics: successful and failed checkpoint writes. */
-  readonly checkpointStats = { writes: 0, failures: 0 };
+  #stopping: Promise<void> | null = null;
 
   constructor(options: DeviceManagerOptions) {
     this.#log = options.log.with({ component: "devicemanager" });
     this.#store = options.store;
     this.#maxDevices = options.maxDevicesPerResource;
     this.#dialTimeoutMs = options.dialTimeoutMs;
+    const clock = options.clock ?? systemClock;
     this.#resources = new ResourceTable({
-      clock: options.clock ?? systemClock,
+      clock,
       gracePeriodMs: options.gracePeriodMs,
       changed: ({ resource, removed }) => {
-        if (removed) this.#log.info("resource removed after its grace period", { resource });
+        if (removed) {
+          this.#log.info("resource removed after its grace period", { resource });
+          this.#checkpointChanged();
+        }
         this.#emit({ kind: "resource", resource, removed });
       },
     });
+    this.#writer = options.store
+      ? new CheckpointWriter({ store: options.store, snapshot: () => this.#snapshot(), log: this.#log, clock, observe: options.observeCheckpointWrite })
+      : null;
+    this.#restored = options.store ? new Promise<void>((resolve) => (this.#markRestored = resolve)) : Promise.resolve();
   }
 
   /** The DevicePlugin handler for the plugin manager: a view of this manager. */
@@ -93,16 +116,35 @@ export class DeviceManager {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Reads the checkpoint: allocations come back, resources come back disconnected. */
+  /**
+   * Reads the checkpoint, once, before any plugin connects: allocations come
+   * back, resources come back disconnected with no devices (capacity 0, as
+   * the kubelet's stopped endpoints) until their plugin returns, and go after
+   * the grace period if it never does. A corrupt file has been moved aside
+   * by the store: the manager starts empty. Rejects when the checkpoint's
+   * directory cannot be created or the file cannot be read; writes start
+   * only after a successful restore.
+   */
   async restore(): Promise<RestoreResult> {
     if (!this.#store) return { kind: "missing" };
+    if (this.#restoreResult) throw new Error("the checkpoint has already been restored");
     const result = await this.#store.restore();
-    if (result.kind !== "restored") return result;
-    const skipped = this.#pods.restore(result.data.podDeviceEntries);
-    for (const entry of skipped) this.#log.warn("checkpoint entry skipped: its AllocResp does not decode", { entry });
-    for (const resource of result.data.registeredDevices.keys()) this.#resources.restoreDisconnected(resource);
-    for (const entry of this.#pods.entries()) this.#resources.restoreDisconnected(entry.resource);
+    this.#restoreResult = result;
+    if (result.kind === "restored") {
+      const skipped = this.#pods.restore(result.data.podDeviceEntries);
+      for (const entry of skipped) this.#log.warn("checkpoint entry skipped: its AllocResp does not decode", { entry });
+      for (const resource of result.data.registeredDevices.keys()) this.#resources.restoreDisconnected(resource);
+      for (const entry of this.#pods.entries()) this.#resources.restoreDisconnected(entry.resource);
+      this.#log.info("checkpoint restored", { resources: result.data.registeredDevices.size, allocations: result.data.podDeviceEntries.length - skipped.length });
+    }
+    this.#writer!.enable();
+    this.#markRestored();
     return result;
+  }
+
+  /** How the checkpoint was restored and how its writes go (status). */
+  checkpointState(): CheckpointState | null {
+    return this.#writer ? { restore: this.#restoreResult, writes: { ...this.#writer.stats } } : null;
   }
 
   /**
@@ -112,6 +154,7 @@ export class DeviceManager {
    */
   async connect(resource: string, socket: string, options: ConnectOptions = {}): Promise<void> {
     if (this.#stopped) throw new Error("the device manager is stopping");
+    await this.#restored;
     const endpoint = new DevicePluginEndpoint({ resource, socket, dialTimeoutMs: this.#dialTimeoutMs, maxDevices: this.#maxDevices });
     try {
       await endpoint.connect(options.signal);
@@ -137,7 +180,7 @@ export class DeviceManager {
     const endpoint = this.#resources.get(resource)?.endpoints.get(socket);
     if (!endpoint) return;
     this.#closeEndpoint(endpoint);
-    if (this.#resources.detach(endpoint)) this.#scheduleCheckpoint();
+    if (this.#resources.detach(endpoint)) this.#checkpointChanged();
   }
 
   /** The resource a live plugin instance on `socket` serves, if any. */
@@ -151,35 +194,16 @@ export class DeviceManager {
   }
 
   resources(): ResourceStatus[] {
-    return this.#resources
-      .all()
-      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
-      .map((state) => {
-        const healthy: string[] = [];
-        const unhealthy: string[] = [];
-        for (const device of state.devices.values()) (device.healthy ? healthy : unhealthy).push(device.id);
-        return create(ResourceStatusSchema, {
-          name: state.name,
-          capacity: healthy.length + unhealthy.length,
-          allocatable: healthy.length,
-          healthy: healthy.sort(),
-          unhealthy: unhealthy.sort(),
-          connected: state.endpoints.size > 0,
-          sockets: [...state.endpoints.keys()],
-          error: state.lastError ?? undefined,
-        });
-      });
+    return this.#resources.all().sort(byName).map((state) => this.#statusView.of(state));
   }
 
   resource(name: string): ResourceStatus | undefined {
-    return this.resources().find((resource) => resource.name === name);
+    const state = this.#resources.get(name);
+    return state ? this.#statusView.of(state) : undefined;
   }
 
   allocations(owner?: string): AllocationStatus[] {
-    const entries = owner === undefined ? [...this.#pods.entries()] : this.#pods.ownerEntries(owner);
-    return entries.map((entry) =>
-      create(AllocationStatusSchema, { owner: entry.owner, container: entry.container, resource: entry.resource, devices: entryDeviceIds(entry) }),
-    );
+    return (owner === undefined ? [...this.#pods.entries()] : this.#pods.ownerEntries(owner)).map(allocationStatus);
   }
 
   /** The pod-devices store, read-only use (pod-resources API). */
@@ -195,8 +219,8 @@ export class DeviceManager {
       if (fresh.length > 0) {
         for (const entry of fresh) this.#pods.add(entry);
         this.#log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
-        this.#scheduleCheckpoint();
-        this.#emit({ kind: "allocation", owner: request.owner, released: false });
+        this.#checkpointChanged();
+        this.#emit({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
       }
       return granted;
     });
@@ -207,26 +231,40 @@ export class DeviceManager {
   /** Frees every device of `owner`; returns what was freed. */
   release(owner: string): AllocationStatus[] {
     const released = this.allocations(owner);
-    if (this.#pods.release(owner).length > 0) {
+    const freed = this.#pods.release(owner);
+    if (freed.length > 0) {
       this.#log.info("devices released", { owner });
-      this.#scheduleCheckpoint();
-      this.#emit({ kind: "allocation", owner, released: true });
+      this.#checkpointChanged();
+      this.#emit({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
     }
     return released;
   }
 
-  /** Resolves once every checkpoint write scheduled so far has finished. */
-  async flush(): Promise<void> {
-    while (this.#checkpointPending) await new Promise((resolve) => setImmediate(resolve));
-    await this.#checkpointWrites;
+  /** Writes every change so far to the checkpoint; true when it is all on disk within `timeoutMs`. */
+  flush(timeoutMs = 10_000): Promise<boolean> {
+    return this.#writer?.flush(timeoutMs) ?? Promise.resolve(true);
   }
 
-  /** Closes every endpoint and timer, then waits for the last checkpoint write. */
-  async stop(): Promise<void> {
+  /**
+   * Closes every endpoint and timer, then writes what is not yet on disk,
+   * waiting at most a second (the agent must exit within 2 s). Closing the
+   * endpoints changes nothing in the checkpoint: a stopping agent is not a
+   * plugin going away.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
     this.#stopped = true;
     this.#resources.stop();
     for (const state of this.#resources.all()) for (const endpoint of state.endpoints.values()) this.#closeEndpoint(endpoint);
-    await this.flush();
+    this.#markRestored();
+    if (!this.#writer) return;
+    const written = await this.#writer.flush(STOP_FLUSH_MS);
+    this.#writer.stop();
+    if (!written) this.#log.error("stopping with the last device changes not in the checkpoint", { error: this.#writer.stats.lastError ?? `not written within ${STOP_FLUSH_MS} ms` });
   }
 
   #listener(resolveFirst: () => void): EndpointListener {
@@ -234,7 +272,7 @@ export class DeviceManager {
       devices: (endpoint, devices) => {
         if (!this.#resources.update(endpoint, devices)) return;
         resolveFirst();
-        this.#scheduleCheckpoint();
+        this.#checkpointChanged();
       },
       refused: (endpoint, reason) => {
         this.#log.warn("device list refused; the last good list stays", { resource: endpoint.resource, socket: endpoint.socket, reason });
@@ -246,7 +284,7 @@ export class DeviceManager {
         this.#onLost.delete(endpoint);
         if (!this.#resources.detach(endpoint)) return;
         this.#log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
-        this.#scheduleCheckpoint();
+        this.#checkpointChanged();
         onLost?.(reason);
       },
     };
@@ -268,26 +306,15 @@ export class DeviceManager {
     }
   }
 
-  /** Coalesces the changes of one turn of the event loop into one write (the store keeps the latest). */
-  #scheduleCheckpoint(): void {
-    if (!this.#store || this.#checkpointPending) return;
-    this.#checkpointPending = true;
-    setImmediate(() => {
-      this.#checkpointPending = false;
-      const data = {
-        podDeviceEntries: this.#pods.toCheckpointEntries(),
-        registeredDevices: new Map(this.#resources.all().map((state) => [state.name, this.#resources.healthyIds(state.name)])),
-      };
-      const store = this.#store!;
-      this.#checkpointWrites = this.#checkpointWrites.then(() =>
-        store.write(data).then(
-          () => void this.checkpointStats.writes++,
-          (error: unknown) => {
-            this.checkpointStats.failures++;
-            this.#log.error("checkpoint write failed", { error: error instanceof Error ? error.message : String(error) });
-          },
-        ),
-      );
-    });
+  #checkpointChanged(): void {
+    this.#writer?.changed();
+  }
+
+  /** The checkpoint's data now: every allocation, and the healthy devices of every resource (the kubelet's RegisteredDevices). */
+  #snapshot() {
+    return {
+      podDeviceEntries: this.#pods.toCheckpointEntries(),
+      registeredDevices: new Map(this.#resources.all().map((state) => [state.name, this.#resources.healthyIds(state.name)])),
+    };
   }
 }

@@ -20,6 +20,8 @@ export interface ResourceState {
   cancelGrace: (() => void) | null;
   /** Why the last ListAndWatch message was refused; cleared by the next good one. */
   lastError: string | null;
+  /** Counts the changes above, so derived views (status) know when to rebuild. */
+  version: number;
 }
 
 export type ResourceChange = { resource: string; removed: boolean };
@@ -66,6 +68,7 @@ export class ResourceTable {
     state.cancelGrace?.();
     state.cancelGrace = null;
     state.stoppedAt = null;
+    state.version++;
     this.#changed({ resource: state.name, removed: false });
     return replaced;
   }
@@ -80,6 +83,7 @@ export class ResourceTable {
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
     state.endpoints.delete(endpoint.socket);
     if (state.endpoints.size === 0) this.#stop(state);
+    state.version++;
     this.#changed({ resource: state.name, removed: false });
     return true;
   }
@@ -90,6 +94,7 @@ export class ResourceTable {
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
     state.devices = new Map(devices.map((device) => [device.id, device]));
     state.lastError = null;
+    state.version++;
     this.#changed({ resource: state.name, removed: false });
     return true;
   }
@@ -98,6 +103,7 @@ export class ResourceTable {
     const state = this.#resources.get(endpoint.resource);
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return;
     state.lastError = `${endpoint.socket}: ${reason}`;
+    state.version++;
     this.#changed({ resource: state.name, removed: false });
   }
 
@@ -120,7 +126,7 @@ export class ResourceTable {
   #ensure(name: string): ResourceState {
     let state = this.#resources.get(name);
     if (!state) {
-      state = { name, devices: new Map(), endpoints: new Map(), stoppedAt: null, cancelGrace: null, lastError: null };
+      state = { name, devices: new Map(), endpoints: new Map(), stoppedAt: null, cancelGrace: null, lastError: null, version: 0 };
       this.#resources.set(name, state);
     }
     return state;
@@ -130,6 +136,7 @@ export class ResourceTable {
   #stop(state: ResourceState): void {
     for (const device of state.devices.values()) device.healthy = false;
     state.stoppedAt = this.#clock.now();
+    state.version++;
     state.cancelGrace?.();
     state.cancelGrace = this.#clock.setTimer(() => {
       if (this.#resources.get(state.name) !== state || state.endpoints.size > 0) return;

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edgeplug/v1/agent.proto.
  */
 export const file_edgeplug_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCK6AQoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cyK8AwoMUGx1Z2luU3RhdHVzEg4KBnNvY2tldBgBIAEoCRIRCgR0eXBlGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhUKCGVuZHBvaW50GAQgASgJSAKIAQESEAoIdmVyc2lvbnMYBSADKAkSDQoFc3RhdGUYBiABKAkSEAoIYXR0ZW1wdHMYByABKA0SMQoNcmVnaXN0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoFZXJyb3IYCSABKAlIA4gBARIxCg1kaXNjb3ZlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2F0dGVtcHRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKA2NzaRgUIAEoCzIcLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cxIpCgNkcmEYFSABKAsyHC5lZGdlcGx1Zy52MS5EcmFEcml2ZXJTdGF0dXNCBwoFX3R5cGVCBwoFX25hbWVCCwoJX2VuZHBvaW50QggKBl9lcnJvciLzAQoPQ3NpRHJpdmVyU3RhdHVzEg8KB3ZlcnNpb24YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIcChRtYXhfdm9sdW1lc19wZXJfbm9kZRgDIAEoAxI8Cgh0b3BvbG9neRgEIAMoCzIqLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cy5Ub3BvbG9neUVudHJ5EhYKDnZlbmRvcl92ZXJzaW9uGAUgASgJEhkKEW5vZGVfY2FwYWJpbGl0aWVzGAYgAygJGi8KDVRvcG9sb2d5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ1Cg9EcmFEcml2ZXJTdGF0dXMSDwoHc2VydmljZRgBIAEoCRIRCgljb25uZWN0ZWQYAiABKAgSGAoQZHJpdmVyX2Nvbm5lY3RlZBgDIAEoCBIRCglpbnN0YW5jZXMYBCABKA0SEQoJcHJlZmVycmVkGAUgASgIIqsBCg5SZXNvdXJjZVN0YXR1cxIMCgRuYW1lGAEgASgJEhAKCGNhcGFjaXR5GAIgASgNEhMKC2FsbG9jYXRhYmxlGAMgASgNEg8KB2hlYWx0aHkYBCADKAkSEQoJdW5oZWFsdGh5GAUgAygJEhEKCWNvbm5lY3RlZBgGIAEoCBIPCgdzb2NrZXRzGAcgAygJEhIKBWVycm9yGAggASgJSACIAQFCCAoGX2Vycm9yIlcKEEFsbG9jYXRpb25TdGF0dXMSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEhAKCHJlc291cmNlGAMgASgJEg8KB2RldmljZXMYBCADKAkiZAoPQWxsb2NhdGVSZXF1ZXN0Eg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIvCglyZXNvdXJjZXMYAyADKAsyHC5lZGdlcGx1Zy52MS5SZXNvdXJjZVJlcXVlc3QiMgoPUmVzb3VyY2VSZXF1ZXN0EhAKCHJlc291cmNlGAEgASgJEg0KBWNvdW50GAIgASgNIkgKEEFsbG9jYXRlUmVzcG9uc2USNAoLYWxsb2NhdGlvbnMYASADKAsyHy5lZGdlcGx1Zy52MS5SZXNvdXJjZUFsbG9jYXRpb24ijwEKElJlc291cmNlQWxsb2NhdGlvbhINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCRI0CghyZXNwb25zZRgFIAEoCzIiLnYxYmV0YTEuQ29udGFpbmVyQWxsb2NhdGVSZXNwb25zZSIfCg5SZWxlYXNlUmVxdWVzdBINCgVvd25lchgBIAEoCSJCCg9SZWxlYXNlUmVzcG9uc2USLwoIcmVsZWFzZWQYASADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzIhQKEldhdGNoRXZlbnRzUmVxdWVzdCKMAgoFRXZlbnQSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoIc25hcHNob3QYAyABKAsyGy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZUgAEioKBnBsdWdpbhgEIAEoCzIYLmVkZ2VwbHVnLnYxLlBsdWdpbkV2ZW50SAASLgoIcmVzb3VyY2UYBSABKAsyGi5lZGdlcGx1Zy52MS5SZXNvdXJjZUV2ZW50SAASMgoKYWxsb2NhdGlvbhgGIAEoCzIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25FdmVudEgAQgYKBGtpbmQiSQoLUGx1Z2luRXZlbnQSKQoGcGx1Z2luGAEgASgLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiTwoNUmVzb3VyY2VFdmVudBItCghyZXNvdXJjZRgBIAEoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiZgoPQWxsb2NhdGlvbkV2ZW50Eg0KBW93bmVyGAEgASgJEjIKC2FsbG9jYXRpb25zGAIgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIQCghyZWxlYXNlZBgDIAEoCDKnAgoFQWdlbnQSQwoGU3RhdHVzEhouZWRnZXBsdWcudjEuU3RhdHVzUmVxdWVzdBobLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlIgASSQoIQWxsb2NhdGUSHC5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlcXVlc3QaHS5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlc3BvbnNlIgASRgoHUmVsZWFzZRIbLmVkZ2VwbHVnLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZWRnZXBsdWcudjEuUmVsZWFzZVJlc3BvbnNlIgASRgoLV2F0Y2hFdmVudHMSHy5lZGdlcGx1Zy52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEi5lZGdlcGx1Zy52MS5FdmVudCIAMAFiBnByb3RvMw", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
+  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCLtAQoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIxCgpjaGVja3BvaW50GAYgASgLMh0uZWRnZXBsdWcudjEuQ2hlY2twb2ludFN0YXR1cyK8AwoMUGx1Z2luU3RhdHVzEg4KBnNvY2tldBgBIAEoCRIRCgR0eXBlGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhUKCGVuZHBvaW50GAQgASgJSAKIAQESEAoIdmVyc2lvbnMYBSADKAkSDQoFc3RhdGUYBiABKAkSEAoIYXR0ZW1wdHMYByABKA0SMQoNcmVnaXN0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoFZXJyb3IYCSABKAlIA4gBARIxCg1kaXNjb3ZlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2F0dGVtcHRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKA2NzaRgUIAEoCzIcLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cxIpCgNkcmEYFSABKAsyHC5lZGdlcGx1Zy52MS5EcmFEcml2ZXJTdGF0dXNCBwoFX3R5cGVCBwoFX25hbWVCCwoJX2VuZHBvaW50QggKBl9lcnJvciLzAQoPQ3NpRHJpdmVyU3RhdHVzEg8KB3ZlcnNpb24YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIcChRtYXhfdm9sdW1lc19wZXJfbm9kZRgDIAEoAxI8Cgh0b3BvbG9neRgEIAMoCzIqLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cy5Ub3BvbG9neUVudHJ5EhYKDnZlbmRvcl92ZXJzaW9uGAUgASgJEhkKEW5vZGVfY2FwYWJpbGl0aWVzGAYgAygJGi8KDVRvcG9sb2d5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ1Cg9EcmFEcml2ZXJTdGF0dXMSDwoHc2VydmljZRgBIAEoCRIRCgljb25uZWN0ZWQYAiABKAgSGAoQZHJpdmVyX2Nvbm5lY3RlZBgDIAEoCBIRCglpbnN0YW5jZXMYBCABKA0SEQoJcHJlZmVycmVkGAUgASgIIqsBCg5SZXNvdXJjZVN0YXR1cxIMCgRuYW1lGAEgASgJEhAKCGNhcGFjaXR5GAIgASgNEhMKC2FsbG9jYXRhYmxlGAMgASgNEg8KB2hlYWx0aHkYBCADKAkSEQoJdW5oZWFsdGh5GAUgAygJEhEKCWNvbm5lY3RlZBgGIAEoCBIPCgdzb2NrZXRzGAcgAygJEhIKBWVycm9yGAggASgJSACIAQFCCAoGX2Vycm9yIogCChBDaGVja3BvaW50U3RhdHVzEgwKBHBhdGgYASABKAkSDwoHcmVzdG9yZRgCIAEoCRIaCg1yZXN0b3JlX2Vycm9yGAMgASgJSACIAQESFQoIbW92ZWRfdG8YBCABKAlIAYgBARIOCgZ3cml0ZXMYBSABKA0SFgoOd3JpdGVfZmFpbHVyZXMYBiABKA0SMQoNbGFzdF93cml0ZV9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLd3JpdGVfZXJyb3IYCCABKAlIAogBAUIQCg5fcmVzdG9yZV9lcnJvckILCglfbW92ZWRfdG9CDgoMX3dyaXRlX2Vycm9yIlcKEEFsbG9jYXRpb25TdGF0dXMSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEhAKCHJlc291cmNlGAMgASgJEg8KB2RldmljZXMYBCADKAkiZAoPQWxsb2NhdGVSZXF1ZXN0Eg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIvCglyZXNvdXJjZXMYAyADKAsyHC5lZGdlcGx1Zy52MS5SZXNvdXJjZVJlcXVlc3QiMgoPUmVzb3VyY2VSZXF1ZXN0EhAKCHJlc291cmNlGAEgASgJEg0KBWNvdW50GAIgASgNIkgKEEFsbG9jYXRlUmVzcG9uc2USNAoLYWxsb2NhdGlvbnMYASADKAsyHy5lZGdlcGx1Zy52MS5SZXNvdXJjZUFsbG9jYXRpb24ijwEKElJlc291cmNlQWxsb2NhdGlvbhINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCRI0CghyZXNwb25zZRgFIAEoCzIiLnYxYmV0YTEuQ29udGFpbmVyQWxsb2NhdGVSZXNwb25zZSIfCg5SZWxlYXNlUmVxdWVzdBINCgVvd25lchgBIAEoCSJCCg9SZWxlYXNlUmVzcG9uc2USLwoIcmVsZWFzZWQYASADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzIhQKEldhdGNoRXZlbnRzUmVxdWVzdCKMAgoFRXZlbnQSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoIc25hcHNob3QYAyABKAsyGy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZUgAEioKBnBsdWdpbhgEIAEoCzIYLmVkZ2VwbHVnLnYxLlBsdWdpbkV2ZW50SAASLgoIcmVzb3VyY2UYBSABKAsyGi5lZGdlcGx1Zy52MS5SZXNvdXJjZUV2ZW50SAASMgoKYWxsb2NhdGlvbhgGIAEoCzIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25FdmVudEgAQgYKBGtpbmQiSQoLUGx1Z2luRXZlbnQSKQoGcGx1Z2luGAEgASgLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiTwoNUmVzb3VyY2VFdmVudBItCghyZXNvdXJjZRgBIAEoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiZgoPQWxsb2NhdGlvbkV2ZW50Eg0KBW93bmVyGAEgASgJEjIKC2FsbG9jYXRpb25zGAIgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIQCghyZWxlYXNlZBgDIAEoCDKnAgoFQWdlbnQSQwoGU3RhdHVzEhouZWRnZXBsdWcudjEuU3RhdHVzUmVxdWVzdBobLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlIgASSQoIQWxsb2NhdGUSHC5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlcXVlc3QaHS5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlc3BvbnNlIgASRgoHUmVsZWFzZRIbLmVkZ2VwbHVnLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZWRnZXBsdWcudjEuUmVsZWFzZVJlc3BvbnNlIgASRgoLV2F0Y2hFdmVudHMSHy5lZGdlcGx1Zy52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEi5lZGdlcGx1Zy52MS5FdmVudCIAMAFiBnByb3RvMw", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message edgeplug.v1.StatusRequest
@@ -63,6 +63,13 @@ export type StatusResponse = Message<"edgeplug.v1.StatusResponse"> & {
    * @generated from field: repeated edgeplug.v1.AllocationStatus allocations = 5;
    */
   allocations: AllocationStatus[];
+
+  /**
+   * The device checkpoint (checkpoint.path); unset where the device state is not checkpointed.
+   *
+   * @generated from field: edgeplug.v1.CheckpointStatus checkpoint = 6;
+   */
+  checkpoint?: CheckpointStatus | undefined;
 };
 
 /**
@@ -333,6 +340,66 @@ export const ResourceStatusSchema: GenMessage<ResourceStatus> = /*@__PURE__*/
   messageDesc(file_edgeplug_v1_agent, 5);
 
 /**
+ * @generated from message edgeplug.v1.CheckpointStatus
+ */
+export type CheckpointStatus = Message<"edgeplug.v1.CheckpointStatus"> & {
+  /**
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * How it was read at start: "pending" (not yet), "missing", "restored" or "corrupt".
+   *
+   * @generated from field: string restore = 2;
+   */
+  restore: string;
+
+  /**
+   * Why the file read at start did not verify; it was moved aside to moved_to, bytes unchanged.
+   *
+   * @generated from field: optional string restore_error = 3;
+   */
+  restoreError?: string | undefined;
+
+  /**
+   * @generated from field: optional string moved_to = 4;
+   */
+  movedTo?: string | undefined;
+
+  /**
+   * Checkpoints written since start, and writes that failed.
+   *
+   * @generated from field: uint32 writes = 5;
+   */
+  writes: number;
+
+  /**
+   * @generated from field: uint32 write_failures = 6;
+   */
+  writeFailures: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_write_at = 7;
+   */
+  lastWriteAt?: Timestamp | undefined;
+
+  /**
+   * The last write's error; unset once a write succeeds.
+   *
+   * @generated from field: optional string write_error = 8;
+   */
+  writeError?: string | undefined;
+};
+
+/**
+ * Describes the message edgeplug.v1.CheckpointStatus.
+ * Use `create(CheckpointStatusSchema)` to create a new message.
+ */
+export const CheckpointStatusSchema: GenMessage<CheckpointStatus> = /*@__PURE__*/
+  messageDesc(file_edgeplug_v1_agent, 6);
+
+/**
  * @generated from message edgeplug.v1.AllocationStatus
  */
 export type AllocationStatus = Message<"edgeplug.v1.AllocationStatus"> & {
@@ -362,7 +429,7 @@ export type AllocationStatus = Message<"edgeplug.v1.AllocationStatus"> & {
  * Use `create(AllocationStatusSchema)` to create a new message.
  */
 export const AllocationStatusSchema: GenMessage<AllocationStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 6);
+  messageDesc(file_edgeplug_v1_agent, 7);
 
 /**
  * @generated from message edgeplug.v1.AllocateRequest
@@ -391,7 +458,7 @@ export type AllocateRequest = Message<"edgeplug.v1.AllocateRequest"> & {
  * Use `create(AllocateRequestSchema)` to create a new message.
  */
 export const AllocateRequestSchema: GenMessage<AllocateRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 7);
+  messageDesc(file_edgeplug_v1_agent, 8);
 
 /**
  * @generated from message edgeplug.v1.ResourceRequest
@@ -413,7 +480,7 @@ export type ResourceRequest = Message<"edgeplug.v1.ResourceRequest"> & {
  * Use `create(ResourceRequestSchema)` to create a new message.
  */
 export const ResourceRequestSchema: GenMessage<ResourceRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 8);
+  messageDesc(file_edgeplug_v1_agent, 9);
 
 /**
  * @generated from message edgeplug.v1.AllocateResponse
@@ -430,7 +497,7 @@ export type AllocateResponse = Message<"edgeplug.v1.AllocateResponse"> & {
  * Use `create(AllocateResponseSchema)` to create a new message.
  */
 export const AllocateResponseSchema: GenMessage<AllocateResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 9);
+  messageDesc(file_edgeplug_v1_agent, 10);
 
 /**
  * @generated from message edgeplug.v1.ResourceAllocation
@@ -469,7 +536,7 @@ export type ResourceAllocation = Message<"edgeplug.v1.ResourceAllocation"> & {
  * Use `create(ResourceAllocationSchema)` to create a new message.
  */
 export const ResourceAllocationSchema: GenMessage<ResourceAllocation> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 10);
+  messageDesc(file_edgeplug_v1_agent, 11);
 
 /**
  * @generated from message edgeplug.v1.ReleaseRequest
@@ -486,7 +553,7 @@ export type ReleaseRequest = Message<"edgeplug.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 11);
+  messageDesc(file_edgeplug_v1_agent, 12);
 
 /**
  * @generated from message edgeplug.v1.ReleaseResponse
@@ -505,7 +572,7 @@ export type ReleaseResponse = Message<"edgeplug.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 12);
+  messageDesc(file_edgeplug_v1_agent, 13);
 
 /**
  * @generated from message edgeplug.v1.WatchEventsRequest
@@ -518,7 +585,7 @@ export type WatchEventsRequest = Message<"edgeplug.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 13);
+  messageDesc(file_edgeplug_v1_agent, 14);
 
 /**
  * @generated from message edgeplug.v1.Event
@@ -571,7 +638,7 @@ export type Event = Message<"edgeplug.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 14);
+  messageDesc(file_edgeplug_v1_agent, 15);
 
 /**
  * @generated from message edgeplug.v1.PluginEvent
@@ -595,7 +662,7 @@ export type PluginEvent = Message<"edgeplug.v1.PluginEvent"> & {
  * Use `create(PluginEventSchema)` to create a new message.
  */
 export const PluginEventSchema: GenMessage<PluginEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 15);
+  messageDesc(file_edgeplug_v1_agent, 16);
 
 /**
  * @generated from message edgeplug.v1.ResourceEvent
@@ -617,7 +684,7 @@ export type ResourceEvent = Message<"edgeplug.v1.ResourceEvent"> & {
  * Use `create(ResourceEventSchema)` to create a new message.
  */
 export const ResourceEventSchema: GenMessage<ResourceEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 16);
+  messageDesc(file_edgeplug_v1_agent, 17);
 
 /**
  * @generated from message edgeplug.v1.AllocationEvent
@@ -646,7 +713,7 @@ export type AllocationEvent = Message<"edgeplug.v1.AllocationEvent"> & {
  * Use `create(AllocationEventSchema)` to create a new message.
  */
 export const AllocationEventSchema: GenMessage<AllocationEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 17);
+  messageDesc(file_edgeplug_v1_agent, 18);
 
 /**
  * @generated from service edgeplug.v1.Agent

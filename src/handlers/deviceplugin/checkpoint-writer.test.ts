@@ -1,0 +1,132 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createLogger, type LogFields } from "../../log/logger.ts";
+import { CheckpointWriter } from "./checkpoint-writer.ts";
+import type { CheckpointData, DeviceStateStore } from "./pod-devices.ts";
+
+/** A store on no disk: records what it is asked to write, fails or hangs when told. */
+function memoryStore() {
+  const written: string[][] = [];
+  let failWith: string | null = null;
+  let hang = false;
+  const store: DeviceStateStore = {
+    restore: async () => ({ kind: "missing" }),
+    write: async (data: CheckpointData) => {
+      if (hang) return new Promise<void>(() => {});
+      if (failWith !== null) throw new Error(failWith);
+      written.push(data.registeredDevices.get("r") ?? []);
+    },
+  };
+  return { store, written, fail: (message: string | null) => (failWith = message), hang: () => (hang = true) };
+}
+
+function manualClock() {
+  const timers = new Map<number, { at: number; callback: () => void }>();
+  let now = 0;
+  let next = 0;
+  return {
+    now: () => now,
+    setTimer(callback: () => void, ms: number) {
+      const id = next++;
+      timers.set(id, { at: now + ms, callback });
+      return () => void timers.delete(id);
+    },
+    advance(ms: number) {
+      now += ms;
+      for (const [id, timer] of [...timers]) {
+        if (timer.at > now) continue;
+        timers.delete(id);
+        timer.callback();
+      }
+    },
+    pending: () => timers.size,
+  };
+}
+
+function writerFor(memory: ReturnType<typeof memoryStore>, state: { ids: string[] }, clock = manualClock()) {
+  const records: LogFields[] = [];
+  const outcomes: boolean[] = [];
+  let onOutcome = () => {};
+  const nextOutcome = () => new Promise<void>((resolve) => (onOutcome = resolve));
+  const log = createLogger({ level: "debug", format: "json", write: (line) => void records.push(JSON.parse(line)) });
+  const writer = new CheckpointWriter({
+    store: memory.store,
+    snapshot: () => ({ podDeviceEntries: [], registeredDevices: new Map([["r", [...state.ids]]]) }),
+    log,
+    clock,
+    observe: ({ ok }) => {
+      outcomes.push(ok);
+      onOutcome();
+    },
+  });
+  return { writer, records, clock, outcomes, nextOutcome };
+}
+
+test("nothing is written before enable (the checkpoint is not read yet); what changed meanwhile is written then", async () => {
+  const memory = memoryStore();
+  const state = { ids: ["a"] };
+  const { writer } = writerFor(memory, state);
+  writer.changed();
+  assert.equal(await writer.flush(1000), false, "not enabled: the change is not on disk");
+  assert.deepEqual(memory.written, []);
+  writer.enable();
+  assert.equal(await writer.flush(1000), true);
+  assert.deepEqual(memory.written, [["a"]]);
+});
+
+test("a burst of changes costs at most two writes and the last state wins", async () => {
+  const memory = memoryStore();
+  const state = { ids: [] as string[] };
+  const { writer } = writerFor(memory, state);
+  writer.enable();
+  for (let i = 0; i < 100; i++) {
+    state.ids = [`d${i}`];
+    writer.changed();
+    if (i === 50) await new Promise((resolve) => setImmediate(resolve));
+  }
+  assert.equal(await writer.flush(1000), true);
+  assert.ok(memory.written.length <= 2, JSON.stringify(memory.written));
+  assert.deepEqual(memory.written.at(-1), ["d99"]);
+  assert.equal(writer.stats.writes, memory.written.length);
+});
+
+test("a failed write is logged once, retried with backoff without a new change, and reported until one succeeds", async () => {
+  const memory = memoryStore();
+  const state = { ids: ["a"] };
+  const { writer, records, clock, outcomes, nextOutcome } = writerFor(memory, state);
+  writer.enable();
+  memory.fail("ENOSPC: no space left on device");
+  let outcome = nextOutcome();
+  writer.changed();
+  await outcome;
+  assert.equal(writer.stats.lastError, "ENOSPC: no space left on device");
+  clock.advance(999);
+  assert.deepEqual(outcomes, [false], "nothing before the backoff");
+  outcome = nextOutcome();
+  clock.advance(1);
+  await outcome;
+  assert.deepEqual(outcomes, [false, false], "retried after 1 s without a new change");
+  assert.equal(records.filter((r) => r["level"] === "error").length, 1, "logged at error once");
+  memory.fail(null);
+  outcome = nextOutcome();
+  clock.advance(1999);
+  assert.equal(outcomes.length, 2, "the backoff doubled");
+  clock.advance(1);
+  await outcome;
+  assert.deepEqual(outcomes, [false, false, true]);
+  assert.deepEqual(memory.written, [["a"]]);
+  assert.equal(writer.stats.lastError, null);
+  assert.ok(records.some((r) => r["msg"] === "checkpoint written again after failed writes"));
+  writer.stop();
+  assert.equal(clock.pending(), 0, "no retry timer left");
+});
+
+test("flush gives up after its timeout when the disk hangs", async () => {
+  const memory = memoryStore();
+  const { writer } = writerFor(memory, { ids: ["a"] });
+  writer.enable();
+  memory.hang();
+  writer.changed();
+  assert.equal(await writer.flush(20), false);
+  writer.stop();
+});

@@ -1,0 +1,155 @@
+/**
+ * Turns device-state changes into checkpoint writes. A change only marks the
+ * state dirty; one write is in flight at a time and it snapshots the state
+ * when it starts, so a burst of changes (a plugin flooding ListAndWatch, a
+ * hundred allocations) costs at most two writes and the latest state wins.
+ * Nothing is written until {@link CheckpointWriter.enable} (after the
+ * restore), so a checkpoint is never overwritten before it has been read.
+ *
+ * A failed write is logged once (repeats at debug until a write succeeds)
+ * and retried with backoff, so a full disk that frees up gets the current
+ * state without waiting for the next change.
+ */
+import type { Logger } from "../../log/logger.ts";
+import type { Clock } from "../../pluginmanager/operations.ts";
+import type { CheckpointData, DeviceStateStore } from "./pod-devices.ts";
+
+/** One write's outcome, for metrics. */
+export interface CheckpointWriteOutcome {
+  ok: boolean;
+  seconds: number;
+}
+
+/** What status says about the writes. */
+export interface CheckpointWriteStats {
+  writes: number;
+  failures: number;
+  lastWriteAt: Date | null;
+  /** The last write's error; null once a write succeeds. */
+  lastError: string | null;
+}
+
+export interface CheckpointWriterOptions {
+  store: DeviceStateStore;
+  snapshot: () => CheckpointData;
+  log: Logger;
+  clock: Clock;
+  observe?: (outcome: CheckpointWriteOutcome) => void;
+}
+
+const RETRY_INITIAL_MS = 1000;
+const RETRY_MAX_MS = 60_000;
+
+export class CheckpointWriter {
+  readonly #options: CheckpointWriterOptions;
+  readonly stats: CheckpointWriteStats = { writes: 0, failures: 0, lastWriteAt: null, lastError: null };
+  #enabled = false;
+  #stopped = false;
+  #dirty = false;
+  #running: Promise<void> | null = null;
+  #retryMs = RETRY_INITIAL_MS;
+  #cancelRetry: (() => void) | null = null;
+
+  constructor(options: CheckpointWriterOptions) {
+    this.#options = options;
+  }
+
+  /** Starts writing (the checkpoint has been read); writes at once if something changed meanwhile. */
+  enable(): void {
+    this.#enabled = true;
+    if (this.#dirty) this.#start();
+  }
+
+  /** The device state changed: it will be written soon. */
+  changed(): void {
+    this.#dirty = true;
+    if (this.#enabled && !this.#stopped) this.#start();
+  }
+
+  /**
+   * Writes what has not been written yet: waits for the write in flight, then
+   * makes one more attempt if changes remain (a failed write counts as one).
+   * Gives up after `timeoutMs`. True when everything is on disk.
+   */
+  async flush(timeoutMs: number): Promise<boolean> {
+    if (!this.#enabled) return !this.#dirty;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        if (this.#running === null) {
+          if (!this.#dirty) break;
+          this.#start();
+        }
+        if ((await Promise.race([this.#running!.then(() => true), deadline])) === false) return false;
+      }
+      return !this.#dirty && this.stats.lastError === null;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** No more retries or writes after the ones {@link flush} waits for. */
+  stop(): void {
+    this.#stopped = true;
+    this.#cancelRetry?.();
+    this.#cancelRetry = null;
+  }
+
+  #start(): void {
+    if (this.#running !== null) return;
+    this.#cancelRetry?.();
+    this.#cancelRetry = null;
+    this.#running = this.#drain().finally(() => {
+      this.#running = null;
+      // Changes that arrived during the write; after a failure the retry timer decides instead.
+      if (this.#dirty && !this.#stopped && this.#cancelRetry === null) this.#start();
+    });
+  }
+
+  async #drain(): Promise<void> {
+    // The changes of the current turn of the event loop join this write.
+    await new Promise((resolve) => setImmediate(resolve));
+    while (this.#dirty) {
+      this.#dirty = false;
+      const started = performance.now();
+      try {
+        await this.#options.store.write(this.#options.snapshot());
+        this.#succeeded((performance.now() - started) / 1000);
+      } catch (error) {
+        this.#failed(error, (performance.now() - started) / 1000);
+        return;
+      }
+    }
+  }
+
+  #succeeded(seconds: number): void {
+    const { stats } = this;
+    stats.writes++;
+    stats.lastWriteAt = new Date();
+    if (stats.lastError !== null) this.#options.log.info("checkpoint written again after failed writes", { failures: stats.failures });
+    stats.lastError = null;
+    this.#retryMs = RETRY_INITIAL_MS;
+    this.#options.observe?.({ ok: true, seconds });
+  }
+
+  #failed(error: unknown, seconds: number): void {
+    const { stats } = this;
+    const message = error instanceof Error ? error.message : String(error);
+    const fields = { error: message, retryInMs: this.#retryMs };
+    if (stats.lastError === null) this.#options.log.error("checkpoint write failed; retrying", fields);
+    else this.#options.log.debug("checkpoint write failed again", fields);
+    stats.failures++;
+    stats.lastError = message;
+    this.#options.observe?.({ ok: false, seconds });
+    // The state is still unwritten: retry later even if nothing else changes.
+    this.#dirty = true;
+    if (this.#stopped) return;
+    const delay = this.#retryMs;
+    this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
+    this.#cancelRetry = this.#options.clock.setTimer(() => {
+      this.#cancelRetry = null;
+      this.#start();
+    }, delay);
+  }
+}
