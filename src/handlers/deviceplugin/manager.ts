@@ -14,47 +14,21 @@
  */
 import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
-import { systemClock, type Clock } from "../../pluginmanager/operations.ts";
+import { systemClock } from "../../pluginmanager/operations.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
-import { CheckpointWriter, type CheckpointWriteOutcome, type CheckpointWriteStats } from "./checkpoint-writer.ts";
+import { CheckpointWriter } from "./checkpoint-writer.ts";
 import { allocate, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
 import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { entryDeviceIds, PodDevices, type DeviceStateStore, type RestoreResult } from "./pod-devices.ts";
 import { ResourceTable } from "./resources.ts";
-
-export interface DeviceManagerOptions {
-  log: Logger;
-  gracePeriodMs: number;
-  maxDevicesPerResource: number;
-  dialTimeoutMs: number;
-  /** Where the device state is checkpointed; null keeps it in memory only. With a store, connect() waits for restore(). */
-  store: DeviceStateStore | null;
-  clock?: Clock;
-  /** Told of every checkpoint write (metrics). */
-  observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;
-}
-
-/** What status says about the checkpoint. */
-export interface CheckpointState {
-  /** How the checkpoint was read at start; null before restore() (or without a store). */
-  restore: RestoreResult | null;
-  writes: CheckpointWriteStats;
-}
+import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
 
 /** How long stop() waits for the last checkpoint write, inside SPEC's 2 s to exit. */
 const STOP_FLUSH_MS = 1000;
 
-export type DeviceChange =
-  | { kind: "resource"; resource: string; removed: boolean }
-  | { kind: "allocation"; owner: string; released: boolean; /** resources newly allocated or freed */ resources: string[] };
-
-export interface ConnectOptions {
-  signal?: AbortSignal;
-  /** Told when the plugin's ListAndWatch stream ends (watched-directory plugins: context.connectionLost). */
-  onLost?: (reason: string) => void;
-}
+export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
 
 export class DeviceManager {
   readonly #log: Logger;

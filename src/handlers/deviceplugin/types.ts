@@ -1,0 +1,38 @@
+/**
+ * The device manager's public shapes: its options, the changes it tells
+ * subscribers of, and what status says about its checkpoint.
+ */
+import type { Logger } from "../../log/logger.ts";
+import type { Clock } from "../../pluginmanager/operations.ts";
+import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
+import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";
+
+export interface DeviceManagerOptions {
+  log: Logger;
+  gracePeriodMs: number;
+  maxDevicesPerResource: number;
+  dialTimeoutMs: number;
+  /** Where the device state is checkpointed; null keeps it in memory only. With a store, connect() waits for restore(). */
+  store: DeviceStateStore | null;
+  clock?: Clock;
+  /** Told of every checkpoint write (metrics). */
+  observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;
+}
+
+/** What status says about the checkpoint. */
+export interface CheckpointState {
+  /** How the checkpoint was read at start; null before restore() (or without a store). */
+  restore: RestoreResult | null;
+  writes: CheckpointWriteStats;
+}
+
+export type DeviceChange =
+  | { kind: "resource"; resource: string; removed: boolean }
+  | { kind: "allocation"; owner: string; released: boolean; /** resources newly allocated or freed */ resources: string[] };
+
+export interface ConnectOptions {
+  signal?: AbortSignal;
+  /** Told when the plugin's ListAndWatch stream ends (watched-directory plugins: context.connectionLost). */
+  onLost?: (reason: string) => void;
+}
+
