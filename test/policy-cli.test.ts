@@ -83,7 +83,7 @@ test("policy show without --config shows the embedded default; bad usage and bad
   assert.equal(invalid.stderr, `${bad}:3:15: log.level: expected one of debug, info, warn, error, got "loud"\n`);
 });
 
-test("validate: undefined aliases, alias bombs and over-long durations exit 2 with FILE:LINE:COL, never a stack trace", async (t) => {
+test("validate: undefined aliases, alias bombs, huge lists, deep nesting and over-long durations exit 2 with FILE:LINE:COL, never a stack trace", async (t) => {
   const dir = tempDir(t, "ep-val-");
   const write = (name: string, text: string) => {
     const file = path.join(dir, name);
@@ -98,6 +98,9 @@ test("validate: undefined aliases, alias bombs and over-long durations exit 2 wi
   const cases: [string, string, RegExp][] = [
     ["alias.yaml", "version: 1\nwatch: *nowhere\n", /^FILE:2:8: invalid YAML: alias \*nowhere has no anchor &nowhere before it\n$/],
     ["bomb.yaml", `version: 1\nwatch: [{ path: /x }]\n${bombLevels.join("\n")}\n`, /^FILE:4:\d+: invalid YAML: aliases expand to more than 100 nodes/],
+    // 150k list items (800 KB, under the size cap) once overflowed the stack collecting their errors.
+    ["items.yaml", `version: 1\nwatch:\n${"- 1\n".repeat(150_000)}`, /^FILE:2501:3: expected a policy of at most 5000 YAML nodes \(scalars, aliases, list items\), got more\n$/],
+    ["deep.yaml", `version: 1\nwatch:\n${"- ".repeat(100_000)}x\n`, /^FILE:3:127: expected lists and mappings nested at most 64 deep, got deeper\n$/],
     [
       "long.yaml",
       "version: 1\nwatch: [{ path: /x }]\nreconcile: { resync: 1000h }\n",

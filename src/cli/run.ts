@@ -121,7 +121,9 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
 async function reloadPolicy(agent: EdgeplugAgent, configPath: string | undefined, log: Logger): Promise<void> {
   let next: Policy;
   try {
-    next = await resolvePolicy(configPath);
+    // The check runs in slices (the YAML scan) and is bounded: the API and registrations go on meanwhile.
+    const read = (path: string, bytes: number) => log.info("reloading the policy", { policy: path, bytes });
+    next = await resolvePolicy(configPath, { observer: { read } });
   } catch (error) {
     const errors = error instanceof PolicyError ? error.issues.map(formatPolicyIssue) : [String(error)];
     log.error("policy reload refused; the running policy stays in force", { errors });

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { MAX_TIMER_MS, parseDuration } from "./duration.ts";
 import { MAX_REPORTED_ISSUES, PolicyError } from "./errors.ts";
-import { loadPolicyFile, MAX_FLOW_DEPTH, MAX_POLICY_BYTES, parsePolicy } from "./load.ts";
+import { loadPolicyFile, MAX_NESTING_DEPTH, MAX_POLICY_BYTES, MAX_YAML_NODES, MAX_YAML_TOKENS, parsePolicy } from "./load.ts";
 import { located, minimal, rejection } from "./test-support.ts";
 
 test("a duration above 2^31-1 ms is refused where it is written, one at the bound is kept", () => {
@@ -75,23 +75,41 @@ test("an empty --config is named as such, not as a file at 0:0", async () => {
   });
 });
 
-test("flow collections nested too deep are refused at the first bracket past the bound", () => {
-  const depth = MAX_FLOW_DEPTH + 1;
-  const error = rejection(`${minimal}x: ${"[".repeat(depth)}${"]".repeat(depth)}\n`);
-  assert.deepEqual(error.issues.map(located), [`4:${3 + depth} expected lists and mappings nested at most 64 deep, got deeper`]);
+test("collections nested too deep are refused at the first one past the bound, flow or block", () => {
+  // The top-level mapping is the first level: `x: [[...` opens MAX_NESTING_DEPTH levels at its (MAX_NESTING_DEPTH - 1)th bracket.
+  const brackets = MAX_NESTING_DEPTH;
+  const error = rejection(`${minimal}x: ${"[".repeat(brackets)}${"]".repeat(brackets)}\n`);
+  assert.deepEqual(error.issues.map(located), [`4:${3 + brackets} expected lists and mappings nested at most 64 deep, got deeper`]);
   // At the bound, the YAML is parsed (and the unknown key reported as usual).
-  const atBound = rejection(`${minimal}x: ${"[".repeat(MAX_FLOW_DEPTH)}${"]".repeat(MAX_FLOW_DEPTH)}\n`);
+  const atBound = rejection(`${minimal}x: ${"[".repeat(brackets - 1)}${"]".repeat(brackets - 1)}\n`);
   assert.match(atBound.issues[0]!.message, /got unknown key "x"/);
+  // Block lists nest on one line too (`- - - x`): the composer would recurse once per level.
+  const block = rejection(`${minimal}x:\n${"- ".repeat(100_000)}x\n`);
+  assert.deepEqual(block.issues.map(located), [`5:${1 + 2 * (brackets - 1)} expected lists and mappings nested at most 64 deep, got deeper`]);
 });
 
-test("20k unknown keys: the first 100 are listed in file order, the rest counted", () => {
-  const keys = Array.from({ length: 20_000 }, (_, index) => `unknown${index}: 1`).join("\n");
+test("2000 unknown keys: the first 100 are listed in file order, the rest counted", () => {
+  const keys = Array.from({ length: 2000 }, (_, index) => `unknown${index}: 1`).join("\n");
   const error = rejection(`${minimal}${keys}\n`, "many.yaml");
   assert.equal(error.issues.length, MAX_REPORTED_ISSUES);
-  assert.equal(error.omitted, 20_000 - MAX_REPORTED_ISSUES);
+  assert.equal(error.omitted, 2000 - MAX_REPORTED_ISSUES);
   assert.deepEqual(error.issues[0]!.path, "unknown0");
   assert.deepEqual(error.issues[99]!.line, 103);
   const lines = error.message.split("\n");
   assert.equal(lines.length, MAX_REPORTED_ISSUES + 1);
-  assert.equal(lines.at(-1), "many.yaml: 19900 more errors not listed (only the first 100 are)");
+  assert.equal(lines.at(-1), "many.yaml: 1900 more errors not listed (only the first 100 are)");
+});
+
+test("a policy of more YAML nodes or tokens than the bounds is refused where it passes them, before it is composed", () => {
+  // 150k list items (an 800 KB file under the size cap) once overflowed the stack collecting their errors.
+  const items = rejection(`version: 1\nwatch:\n${"- 1\n".repeat(150_000)}`);
+  const nodes = `expected a policy of at most ${MAX_YAML_NODES} YAML nodes (scalars, aliases, list items), got more`;
+  // Two nodes per line ("- " and "1") after the 3 of the first two lines.
+  assert.deepEqual(items.issues.map(located), [`${3 + Math.floor((MAX_YAML_NODES - 3) / 2)}:${(MAX_YAML_NODES - 3) % 2 === 0 ? 1 : 3} ${nodes}`]);
+  const blankLines = rejection(`${minimal}${"\n".repeat(MAX_YAML_TOKENS)}`);
+  assert.match(located(blankLines.issues[0]!), /^\d+:1 expected a policy of at most 100000 YAML tokens/);
+  // Just under the node bound, a file is checked as usual.
+  const most = Math.floor((MAX_YAML_NODES - 3) / 2);
+  const under = rejection(`version: 1\nwatch:\n${"- 1\n".repeat(most)}`);
+  assert.equal(under.omitted + under.issues.length, most);
 });

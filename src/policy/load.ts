@@ -1,14 +1,18 @@
 /**
- * Policy loading: a bounded read, YAML text -> schema check (defaults filled
- * in from the schema) -> the rules a schema cannot express -> typed
- * {@link Policy}. Every problem of a file is reported at once (the first 100,
- * then a count), each located at a line and column of the YAML source.
+ * Policy loading: a bounded read, a bounded YAML scan (yaml-scan.ts: tokens,
+ * nodes and nesting), composition, schema check (defaults filled in from
+ * the schema) -> the rules a schema cannot express -> typed {@link Policy}.
+ * Every problem of a file is reported at once (the first 100, then a count),
+ * each located at a line and column of the YAML source.
  *
  * The work is bounded so that a SIGHUP reload never holds the agent's event
  * loop for long: files over {@link MAX_POLICY_BYTES} are refused before they
- * are parsed, flow collections nested deeper than {@link MAX_FLOW_DEPTH} are
- * refused after a lexer pass, aliases may expand to at most
- * {@link MAX_ALIAS_COUNT} nodes, and locating errors is linear in their number.
+ * are parsed; the scan, whose cost grows with the file, runs in slices of a
+ * few milliseconds ({@link loadPolicyFile}); what follows it, in one piece,
+ * sees at most MAX_YAML_NODES nodes nested at most MAX_NESTING_DEPTH deep;
+ * aliases may expand to at most {@link MAX_ALIAS_COUNT} nodes, and
+ * collecting and locating errors is linear in their number (no recursion or
+ * argument spread over input-sized lists).
  *
  * @example
  * ```ts
@@ -18,7 +22,7 @@
  */
 import { Buffer } from "node:buffer";
 import { open, stat } from "node:fs/promises";
-import { isAlias, isMap, Lexer, LineCounter, parseDocument, visit, type Document } from "yaml";
+import { Composer, isAlias, isMap, LineCounter, visit, YAMLParseError, type CST, type Document } from "yaml";
 import { defaultPolicyData, EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
 import { toPolicy, type FilledPolicy } from "./effective.ts";
 import { PolicyError, type PolicyIssue } from "./errors.ts";
@@ -27,30 +31,46 @@ import { schemaIssues } from "./schema-issues.ts";
 import { keyText, SourceMap } from "./source-map.ts";
 import type { Policy } from "./types.ts";
 import { validatePolicyData } from "./validator.ts";
+import { inSlices, inSlicesSync, scanYaml, type ScanResult } from "./yaml-scan.ts";
+
+export { MAX_NESTING_DEPTH, MAX_YAML_NODES, MAX_YAML_TOKENS } from "./yaml-scan.ts";
 
 /** Where the policy is looked for when no `--config` is given. */
 export const DEFAULT_POLICY_PATH = "/etc/edgeplug/policy.yaml";
 /** The largest policy file read (a real one is a few KiB); larger ones are refused unparsed. */
 export const MAX_POLICY_BYTES = 1024 * 1024;
-/** The deepest nesting of flow collections (`[` and `{`) accepted: the parser's time grows steeply with it. */
-export const MAX_FLOW_DEPTH = 64;
 /** How many nodes aliases may expand to in all (yaml's `maxAliasCount`): alias bombs are refused. */
 export const MAX_ALIAS_COUNT = 100;
 
 /**
- * Parses and checks a policy. `file` names the source in error messages.
- * Throws a {@link PolicyError} listing every problem, sorted by position.
+ * Parses and checks a policy at once (for `validate`, `policy show` and
+ * tests). `file` names the source in error messages. Throws a
+ * {@link PolicyError} listing every problem, sorted by position.
  */
 export function parsePolicy(text: string, file: string): Policy {
+  checkSize(text, file);
+  const lineCounter = new LineCounter();
+  return checkScanned(text, file, lineCounter, inSlicesSync(scanYaml(text, lineCounter)));
+}
+
+/** Like {@link parsePolicy}, with the YAML scan run in slices that let the event loop serve other work in between. */
+export async function parsePolicyInSlices(text: string, file: string): Promise<Policy> {
+  checkSize(text, file);
+  const lineCounter = new LineCounter();
+  return checkScanned(text, file, lineCounter, await inSlices(scanYaml(text, lineCounter)));
+}
+
+function checkSize(text: string, file: string): void {
   const size = Buffer.byteLength(text, "utf8");
   if (size > MAX_POLICY_BYTES) throw tooLarge(file, size);
-  const lineCounter = new LineCounter();
-  const tooDeep = flowDepthIssue(text, file);
-  if (tooDeep !== undefined) throw new PolicyError([tooDeep]);
+}
 
-  // Duplicate keys are found in rules.ts, where the key path and the first occurrence are known.
-  // logLevel "error": yaml would otherwise print its own warnings to stderr; they are reported here.
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: false, logLevel: "error" });
+function checkScanned(text: string, file: string, lineCounter: LineCounter, scan: ScanResult): Policy {
+  if ("limit" in scan) {
+    const { line, col } = lineCounter.linePos(scan.limit.offset);
+    throw new PolicyError([{ file, line, column: col, path: "", message: scan.limit.message }]);
+  }
+  const doc = compose(scan.tokens, text.length);
   const source = new SourceMap(doc, lineCounter, file);
   const syntaxProblems = [...doc.errors, ...doc.warnings];
   if (syntaxProblems.length > 0) {
@@ -60,19 +80,48 @@ export function parsePolicy(text: string, file: string): Policy {
     );
   }
   const data = toData(doc, source);
-  const issues = [...keyIssues(source)];
-  issues.push(...schemaIssues(source, data, validatePolicyData(data)));
-  issues.push(...semanticIssues(source, data));
+  const issues = keyIssues(source);
+  append(issues, schemaIssues(source, data, validatePolicyData(data)));
+  append(issues, semanticIssues(source, data));
   if (issues.length > 0) throw new PolicyError(sortIssues(dedupe(issues)));
   return toPolicy(data as FilledPolicy, handlerOrder(source), file);
+}
+
+/** The one document of the CST (yaml's parseDocument, on tokens already scanned). */
+function compose(tokens: CST.Token[], length: number): Document {
+  // Duplicate keys are found in rules.ts, where the key path and the first occurrence are known.
+  // logLevel "error": yaml would otherwise print its own warnings to stderr; they are reported here.
+  const composer = new Composer({ prettyErrors: false, uniqueKeys: false, logLevel: "error" });
+  let doc: Document | undefined;
+  for (const next of composer.compose(tokens, true, length)) {
+    if (doc === undefined) {
+      doc = next;
+      continue;
+    }
+    doc.errors.push(new YAMLParseError([next.range[0], next.range[1]], "MULTIPLE_DOCS", "Source contains multiple documents; please use YAML.parseAllDocuments()"));
+    break;
+  }
+  return doc!;
+}
+
+/** Appends `items` one by one: a spread into push() overflows the stack past about 100k items. */
+function append<T>(target: T[], items: readonly T[]): void {
+  for (const item of items) target.push(item);
+}
+
+/** What loading a policy file may tell on the way (a SIGHUP reload logs it). */
+export interface LoadObserver {
+  /** The file was read, `bytes` long; checking it starts now. */
+  read?(path: string, bytes: number): void;
 }
 
 /**
  * Reads and parses a policy file, reading at most {@link MAX_POLICY_BYTES}
  * (+1 to tell a larger file): a FIFO or /dev/zero cannot make it read forever.
  * A file that cannot be read is a {@link PolicyError} of the whole file.
+ * The YAML scan runs in slices ({@link parsePolicyInSlices}).
  */
-export async function loadPolicyFile(path: string): Promise<Policy> {
+export async function loadPolicyFile(path: string, observer: LoadObserver = {}): Promise<Policy> {
   if (path === "") {
     throw new PolicyError([fileIssue("--config", "expected the path of a policy file, got an empty string")]);
   }
@@ -84,7 +133,8 @@ export async function loadPolicyFile(path: string): Promise<Policy> {
     throw new PolicyError([fileIssue(path, `cannot read the policy file: ${reason}`)]);
   }
   if (bytes.length > MAX_POLICY_BYTES) throw tooLarge(path, undefined);
-  return parsePolicy(bytes.toString("utf8"), path);
+  observer.read?.(path, bytes.length);
+  return parsePolicyInSlices(bytes.toString("utf8"), path);
 }
 
 /** The embedded default policy (no YAML to parse): its `source` is "<embedded default>". */
@@ -102,11 +152,11 @@ export function loadDefaultPolicy(): Policy {
  */
 export async function resolvePolicy(
   configPath: string | undefined,
-  options: { systemPolicyPath?: string } = {},
+  options: { systemPolicyPath?: string; observer?: LoadObserver } = {},
 ): Promise<Policy> {
-  if (configPath !== undefined) return loadPolicyFile(configPath);
+  if (configPath !== undefined) return loadPolicyFile(configPath, options.observer);
   const systemPath = options.systemPolicyPath ?? DEFAULT_POLICY_PATH;
-  if (await exists(systemPath)) return loadPolicyFile(systemPath);
+  if (await exists(systemPath)) return loadPolicyFile(systemPath, options.observer);
   return loadDefaultPolicy();
 }
 
@@ -144,44 +194,6 @@ function fileIssue(file: string, message: string): PolicyIssue {
 function tooLarge(file: string, size: number | undefined): PolicyError {
   const found = size === undefined ? "a larger file" : `${size} bytes`;
   return new PolicyError([fileIssue(file, `expected a policy file of at most ${MAX_POLICY_BYTES} bytes (1 MiB), got ${found}`)]);
-}
-
-/** An issue at the first flow collection opened deeper than {@link MAX_FLOW_DEPTH}, found by yaml's lexer alone. */
-function flowDepthIssue(text: string, file: string): PolicyIssue | undefined {
-  // Quick exit: without that many brackets in all, no nesting can be that deep.
-  let brackets = 0;
-  for (let i = 0; i < text.length && brackets <= MAX_FLOW_DEPTH; i++) {
-    const code = text.charCodeAt(i);
-    if (code === 0x5b || code === 0x7b) brackets++;
-  }
-  if (brackets <= MAX_FLOW_DEPTH) return undefined;
-  let depth = 0;
-  let offset = 0;
-  for (const token of new Lexer().lex(text)) {
-    if (token === "[" || token === "{") depth++;
-    else if ((token === "]" || token === "}") && depth > 0) depth--;
-    if (depth > MAX_FLOW_DEPTH) {
-      const { line, column } = positionOf(text, offset);
-      return { file, line, column, path: "", message: `expected lists and mappings nested at most ${MAX_FLOW_DEPTH} deep, got deeper` };
-    }
-    // The lexer also yields one-character markers (document, flow end, scalar) that are not source text.
-    if (!LEXER_MARKERS.has(token)) offset += token.length;
-  }
-  return undefined;
-}
-
-const LEXER_MARKERS = new Set(["\x02", "\x18", "\x1f"]);
-
-function positionOf(text: string, offset: number): { line: number; column: number } {
-  let line = 1;
-  let lineStart = 0;
-  for (let i = 0; i < offset; i++) {
-    if (text.charCodeAt(i) === 0x0a) {
-      line++;
-      lineStart = i + 1;
-    }
-  }
-  return { line, column: offset - lineStart + 1 };
 }
 
 /** The document as plain data; an alias without an anchor, or aliases expanding too far, are located errors. */

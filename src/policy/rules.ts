@@ -13,7 +13,7 @@ import { isMap, isScalar, isSeq, type Node as YamlNode } from "yaml";
 import { formatDuration, isDuration, MAX_TIMER_MS, parseDuration } from "./duration.ts";
 import type { PolicyIssue } from "./errors.ts";
 import { POLICY_DURATION_PATTERN, POLICY_SCHEMA } from "./schema.ts";
-import { isRecord } from "./schema-issues.ts";
+import { describeFound, isRecord } from "./schema-issues.ts";
 import { keyText, type Segment, type SourceMap } from "./source-map.ts";
 
 /** Duration settings whose zero would spin a loop or fail every call. */
@@ -79,7 +79,7 @@ export function semanticIssues(source: SourceMap, data: unknown): PolicyIssue[] 
 
 function watchIssues(source: SourceMap, data: Record<string, unknown>): PolicyIssue[] {
   const issues: PolicyIssue[] = [];
-  const declared = isRecord(data.handlers) ? Object.keys(data.handlers) : null;
+  const known = isRecord(data.handlers) ? new Set(Object.keys(data.handlers)) : null;
   const watchedAt = new Map<string, number>();
   (Array.isArray(data.watch) ? data.watch : []).forEach((entry: unknown, index: number) => {
     if (!isRecord(entry)) return;
@@ -98,22 +98,28 @@ function watchIssues(source: SourceMap, data: Record<string, unknown>): PolicyIs
         );
       }
     }
-    if (declared !== null && Array.isArray(entry.types)) {
-      const known = new Set(declared);
+    if (known !== null && Array.isArray(entry.types)) {
       entry.types.forEach((type: unknown, typeIndex: number) => {
         if (typeof type !== "string" || type === "" || known.has(type)) return;
-        const names = declared.filter((name) => name !== "").join(", ") || "none declared";
         issues.push(
-          source.issueAt(
+          source.lazyIssueAt(
             ["watch", index, "types", typeIndex],
             "value",
-            `expected a declared handler type (${names}), got ${JSON.stringify(type)}`,
+            () => `expected a declared handler type (${declaredNames(known)}), got ${describeFound(type)}`,
           ),
         );
       });
     }
   });
   return issues;
+}
+
+/** The declared handler types for a message: the first ten, then how many more. */
+function declaredNames(known: ReadonlySet<string>): string {
+  const names = [...known].filter((name) => name !== "");
+  if (names.length === 0) return "none declared";
+  const shown = names.slice(0, 10).map((name) => (name.length > 80 ? `${name.slice(0, 77)}...` : name));
+  return names.length > 10 ? `${shown.join(", ")} and ${names.length - 10} more` : shown.join(", ");
 }
 
 function durationIssues(source: SourceMap, data: Record<string, unknown>): PolicyIssue[] {
