@@ -21,6 +21,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   registration: () => import("./registration.ts"),
   unary: () => import("./unary.ts"),
   api: () => import("./api.ts"),
+  policy: () => import("./policy.ts"),
 };
 
 async function main(): Promise<number> {

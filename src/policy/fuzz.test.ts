@@ -5,8 +5,14 @@
  * located (FILE:LINE:COLUMN, or the whole file) and worded; never another
  * throw, never a hang. The seed is fixed, so a failure names an input that
  * reproduces. Time bound: each input must be decided within
- * PER_INPUT_BOUND_MS (parsing one takes about a millisecond; the bound only
- * catches a hang or a blow-up on a loaded machine, it measures nothing).
+ * PER_INPUT_BOUND_MS (parsing one takes about a millisecond, a 1 MiB one
+ * at most about 200 ms of CPU; the bound only catches a hang or a blow-up on
+ * a loaded machine, it measures nothing: bench/policy.ts does).
+ *
+ * The large inputs (large-inputs.ts) fill the size cap with long lists, many
+ * keys and errors, deep nesting, alias fan-out and comments, or sit just
+ * inside the node and nesting bounds: the class of input that once
+ * overflowed the stack (150k errors spread into one push) or took seconds.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,7 +22,8 @@ import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { policyToData } from "./effective.ts";
 import { PolicyError } from "./errors.ts";
-import { parsePolicy } from "./load.ts";
+import { inputsAtTheBounds, largeInputs } from "./large-inputs.ts";
+import { MAX_POLICY_BYTES, parsePolicy } from "./load.ts";
 import type { Policy } from "./types.ts";
 
 const SEED = 0x5eed_7007;
@@ -163,4 +170,15 @@ test(`${GENERATED_INPUTS} generated policies: valid ones survive policy show's r
     assert.deepEqual(shown, policy, `generated input ${index}: policy show's output loads to another policy`);
   }
   assert.ok(valid > GENERATED_INPUTS / 20, `only ${valid} of ${GENERATED_INPUTS} generated inputs were valid`);
+});
+
+test(`large inputs at the size cap and at the node and nesting bounds, each within ${PER_INPUT_BOUND_MS} ms`, () => {
+  const inputs = [...largeInputs({ bytes: MAX_POLICY_BYTES - 64 }), ...inputsAtTheBounds()];
+  let valid = 0;
+  for (const input of inputs) {
+    if (check(input.text, input.name)) valid++;
+  }
+  // The inputs at the bounds, mutated: what comes after the scan, at its largest, on broken input.
+  for (const [index, input] of inputsAtTheBounds().entries()) check(mutate(input.text), `mutated ${input.name} (${index})`);
+  assert.ok(valid >= 1, "the inputs at the bounds include a valid policy, so the bounds leave room for one");
 });
