@@ -284,33 +284,8 @@ export class EdgeplugAgent {
       heartbeat: (source) => this.health.heartbeat(source),
       attemptEnded: (attempt) => {
         const result = attempt.state === "registered" ? "success" : "failure";
-        this.metrics?.observeRegistration(attempt.type, result, attempt.durationMs / 1000, failureReason(attempt));
+        this.metrics?.observeRegistration(attempt.type, result, attempt.durationMs / 1000, attempt.reason ?? undefined);
       },
     };
   }
 }
-
-/**
- * A short, bounded label for why an attempt failed, from the error texts of
- * src/pluginmanager/registration.ts (the metric must not carry free text).
- */
-const FAILURE_REASONS: ReadonlyArray<[RegExp, string]> = [
-  [/stale socket|connection refused/, "stale"],
-  [/no handler registered/, "no_handler"],
-  [/not available in this build/, "handler_unavailable"],
-  [/socketOwners/, "socket_owner"],
-  [/maxPlugins/, "max_plugins"],
-  [/not accepted from watch directory|not allowed by handler|denied by handler|is accepted by handler/, "policy"],
-  [/GetInfo/, "get_info"],
-  [/validation failed/, "validation"],
-  [/registration failed/, "register"],
-  [/registration status/, "notify"],
-];
-
-function failureReason(attempt: { state: string; error: string | null }): string | undefined {
-  if (attempt.state === "registered") return undefined;
-  if (attempt.state === "stale") return "stale";
-  const error = attempt.error ?? "";
-  return FAILURE_REASONS.find(([pattern]) => pattern.test(error))?.[1] ?? "other";
-}
-

@@ -46,7 +46,8 @@ test("outcomes are logged once each, and resyncs that change nothing log nothing
   );
   const failed = logs.filter((record) => record.level === "warn" && record.socket === refused.socketPath);
   assert.equal(failed.length, 1, "the refusal is logged once, not on every retry");
-  assert.match(String(failed[0]!.reason), /no handler registered for plugin type: other\.io\/Thing/);
+  assert.equal(failed[0]!.reason, "no_handler");
+  assert.match(String(failed[0]!.error), /no handler registered for plugin type: other\.io\/Thing/);
 
   // Twenty resync passes go by first (the refused plugin's retries settle into their backoff),
   // then everything twenty more log is counted.

@@ -103,5 +103,6 @@ test("an undeclared type and a built-in type not in this build are failed; the u
   assert.deepEqual(unavailable.map((entry) => [entry.level, entry.type]), [["warn", "DRAPlugin"]]);
   const failures = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "plugin registration failed" && entry.socket === unknown.socketPath);
   assert.equal(failures.length, 1, "one warning per outcome, with the reason");
-  assert.match(failures[0].reason, /no handler registered/);
+  assert.equal(failures[0].reason, "no_handler");
+  assert.match(failures[0].error, /no handler registered/);
 });

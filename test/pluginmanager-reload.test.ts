@@ -196,5 +196,6 @@ test("a reload logs what it changed: dirs added and no longer watched, a handler
   assert.deepEqual(logged("handler not available in this build").map((line) => line.type), ["DRAPlugin"], "once, though declared by both reloads");
   const deregistered = logged("plugin deregistered: the policy now refuses it");
   assert.deepEqual(deregistered.map((line) => [line.socket, line.type, line.name, line.state]), [[dropped.socketPath, "acme.io/Other", "acme.io/dropped", "pending"]]);
-  assert.match(String(deregistered[0]!.reason), /no handler registered for plugin type: acme.io\/Other/);
+  assert.equal(deregistered[0]!.reason, "no_handler");
+  assert.match(String(deregistered[0]!.error), /no handler registered for plugin type: acme.io\/Other/);
 });

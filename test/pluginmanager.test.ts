@@ -249,7 +249,7 @@ test("observer: every reconcile pass beats, on desired-state events and on each 
   await heartbeats.reach(afterStart + 1);
 });
 
-test("observer: every attempt that ended reports its socket, type, name, state, duration and error; aborted ones do not", async (t) => {
+test("observer: every attempt that ended reports its socket, type, name, state, duration, reason and error; aborted ones do not", async (t) => {
   const dir = tempDir(t);
   const attempts: Parameters<NonNullable<PluginManagerObserver["attemptEnded"]>>[0][] = [];
   const manager = new PluginManager({
@@ -264,8 +264,7 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const hang = await startTestPlugin(t, { socketPath: path.join(dir, "hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
   await manager.start();
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
-  await good.waitForNotify();
-  await until(manager, () => stateOf(manager, stale) === "stale", "stale");
+  await until(manager, () => stateOf(manager, good.socketPath) === "registered" && stateOf(manager, stale) === "stale", "registered and stale");
   await hang.waitForGetInfo();
   // Removing the hanging plugin's socket aborts its attempt.
   await hang.stop();
@@ -277,9 +276,10 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   assert.deepEqual(Object.keys(byName).sort(), ["dead.sock", "good.sock"], "the aborted attempt is not reported");
   assert.deepEqual(
     { ...byName["good.sock"], durationMs: 0 },
-    { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", error: null, durationMs: 0 },
+    { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", reason: null, error: null, durationMs: 0 },
   );
   assert.deepEqual([byName["dead.sock"]!.state, byName["dead.sock"]!.type, byName["dead.sock"]!.name], ["stale", null, null]);
+  assert.equal(byName["dead.sock"]!.reason, "stale");
   assert.match(byName["dead.sock"]!.error!, /connection refused/);
   assert.ok(byName["good.sock"]!.durationMs >= 0 && byName["good.sock"]!.durationMs < 1000);
   // The stale socket's only attempt spanned the 100 ms in which it might still have started listening.
@@ -300,10 +300,11 @@ test("log lines: one per outcome, with socket, type, name and state; a reason on
   assert.deepEqual(registered.map(({ socket, type, name, state, attempts, reason }) => ({ socket, type, name, state, attempts, reason })), [
     { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", attempts: 1, reason: undefined },
   ]);
-  assert.ok(!("reason" in registered[0]!), "no reason key on success");
+  assert.ok(!("reason" in registered[0]!) && !("error" in registered[0]!), "no reason or error key on success");
   const failed = lines.filter((line) => line.msg === "plugin registration failed");
   assert.equal(failed.length, 1);
-  assert.match(String(failed[0]!.reason), /no handler registered for plugin type: acme.io\/Unknown/);
+  assert.equal(failed[0]!.reason, "no_handler");
+  assert.match(String(failed[0]!.error), /no handler registered for plugin type: acme.io\/Unknown/);
 });
 
 test("stop aborts a hanging registration, closes every watcher, timer and connection, and is idempotent", async (t) => {

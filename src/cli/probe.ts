@@ -10,7 +10,9 @@ import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
 import { handlerFactories } from "../agent.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
-import { probePlugin, type ProbeResult } from "../pluginmanager/registration.ts";
+import { checkSocketFile, decideHandler } from "../pluginmanager/registration.ts";
+import { RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
+import { classifyRpcError, type RpcFailure } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
@@ -61,6 +63,43 @@ export const probeCommand: Command = {
     return report.answered ? EXIT_OK : EXIT_FAILURE;
   },
 };
+
+/** The result of {@link probePlugin}. */
+export interface ProbeResult {
+  socket: string;
+  /** GetInfo's answer; null when it did not answer. */
+  info: PluginInfoSummary | null;
+  /** How the call failed (`missing`, `stale`, `deadline`, `not-grpc`, `status`...); null when it answered. */
+  failure: RpcFailure | "not-a-socket" | null;
+  error: string | null;
+  /** The plugin type whose handler would take it; null when none would. */
+  handler: string | null;
+  /** Why registration would refuse it (owner, type, dir, name, versions); null when it would be accepted. */
+  refusal: string | null;
+}
+
+/**
+ * Dials one registration socket, calls GetInfo and says which handler of the
+ * policy would take it. Sends no NotifyRegistrationStatus and changes no state.
+ */
+export async function probePlugin(socket: string, policy: Policy, handlers: HandlerSet): Promise<ProbeResult> {
+  const result: ProbeResult = { socket, info: null, failure: null, error: null, handler: null, refusal: null };
+  if (fs.lstatSync(socket, { throwIfNoEntry: false })?.isSocket() === false) {
+    return { ...result, failure: "not-a-socket", error: `${socket} is not a unix socket` };
+  }
+  const connection = new RegistrationConnection(socket, policy.reconcile.timeouts.dialMs);
+  try {
+    result.info = await connection.getInfo(policy.reconcile.timeouts.getInfoMs);
+  } catch (error) {
+    return { ...result, failure: classifyRpcError(error), error: error instanceof Error ? error.message : String(error) };
+  } finally {
+    connection.close();
+  }
+  const decision = decideHandler(policy, handlers, socket, result.info);
+  if ("entry" in decision) result.handler = decision.entry.type;
+  result.refusal = (checkSocketFile(socket, policy) ?? ("refusal" in decision ? decision.refusal : null))?.error ?? null;
+  return result;
+}
 
 type ProbeReport = ReturnType<typeof probeReport>;
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { Clock } from "./operations.ts";
+import type { Clock, OperationOutcome } from "./operations.ts";
 import { OperationExecutor } from "./operations.ts";
 
 /** A clock that moves only when told; timers fire in `advance`. */
@@ -50,13 +50,16 @@ function readySignals() {
 }
 
 const backoff = { initialMs: 500, maxMs: 122_000 };
+const registered: OperationOutcome = { state: "registered" };
+const failed: OperationOutcome = { state: "failed" };
+const stale: OperationOutcome = { state: "stale" };
 
 test("operations on two different sockets run at the same time (A.5)", async () => {
   const executor = new OperationExecutor({ backoff });
   const started: string[] = [];
   const release = gate();
   for (const key of ["/r/a.sock", "/r/b.sock"]) {
-    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; }), "started");
+    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; return registered; }), "started");
   }
   await Promise.resolve();
   await Promise.resolve();
@@ -70,7 +73,7 @@ test("a second operation on the same socket is refused while the first runs, and
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const release = gate();
   let runs = 0;
-  const operation = async () => { runs++; await release.promise; };
+  const operation = async () => { runs++; await release.promise; return registered; };
   assert.equal(executor.run("/r/a.sock", operation), "started");
   assert.equal(executor.run("/r/a.sock", operation), "already-running");
   assert.equal(executor.isRunning("/r/a.sock"), true);
@@ -79,7 +82,7 @@ test("a second operation on the same socket is refused while the first runs, and
   await ended;
   assert.equal(runs, 1);
   assert.equal(executor.isRunning("/r/a.sock"), false);
-  assert.equal(executor.run("/r/a.sock", async () => { runs++; }), "started");
+  assert.equal(executor.run("/r/a.sock", async () => { runs++; return registered; }), "started");
   await executor.stop();
   assert.equal(runs, 2);
 });
@@ -90,7 +93,7 @@ test("failures back off per socket: 500 ms, doubling, capped at the maximum; suc
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
   const key = "/r/a.sock";
   /** Runs `operation` as soon as the executor accepts it; returns how long the clock had to move first. */
-  const runWhenAllowed = async (operation: () => Promise<void>) => {
+  const runWhenAllowed = async (operation: () => Promise<OperationOutcome>) => {
     let waited = 0;
     while (executor.run(key, operation) === "backoff") {
       clock.advance(100);
@@ -99,14 +102,12 @@ test("failures back off per socket: 500 ms, doubling, capped at the maximum; suc
     await ready.next(key);
     return waited;
   };
-  const failing = async () => {
-    throw new Error("GetInfo failed");
-  };
+  const failing = async () => failed;
   const windows: number[] = [];
   for (let attempt = 0; attempt < 11; attempt++) windows.push(await runWhenAllowed(failing));
   assert.deepEqual(windows, [0, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 122000, 122000]);
 
-  assert.equal(await runWhenAllowed(async () => {}), 122000);
+  assert.equal(await runWhenAllowed(async () => registered), 122000);
   assert.equal(executor.inBackoff(key), false, "success clears the window");
   assert.equal(await runWhenAllowed(failing), 0);
   assert.equal(await runWhenAllowed(failing), 500, "after a success the window starts again at 500 ms");
@@ -117,7 +118,7 @@ test("a closing backoff window wakes the owner through one timer, without pollin
   const clock = manualClock();
   const woken: string[] = [];
   const executor = new OperationExecutor({ backoff, clock, onReady: (key) => woken.push(key) });
-  executor.run("/r/a.sock", async () => { throw new Error("refused"); });
+  executor.run("/r/a.sock", async () => failed);
   await new Promise((resolve) => setImmediate(resolve));
   assert.deepEqual(woken, ["/r/a.sock"], "woken once when the operation ended");
   assert.equal(clock.pendingTimers(), 1);
@@ -134,12 +135,12 @@ test("resetBackoff (a new socket at the path) lets the next operation start at o
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
   const ended = ready.next("/r/a.sock");
-  executor.run("/r/a.sock", async () => { throw new Error("stale"); });
+  executor.run("/r/a.sock", async () => stale);
   await ended;
   assert.equal(executor.inBackoff("/r/a.sock"), true);
   executor.resetBackoff("/r/a.sock");
   assert.equal(clock.pendingTimers(), 0, "the retry timer is cleared");
-  assert.equal(executor.run("/r/a.sock", async () => {}), "started");
+  assert.equal(executor.run("/r/a.sock", async () => registered), "started");
   await executor.stop();
 });
 
@@ -147,12 +148,12 @@ test("a failing or hanging socket never delays another one", async () => {
   const clock = manualClock();
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
-  const failed = ready.next("/r/bad.sock");
-  executor.run("/r/bad.sock", async () => { throw new Error("bad"); });
+  const badEnded = ready.next("/r/bad.sock");
+  executor.run("/r/bad.sock", async () => failed);
   executor.run("/r/hang.sock", (signal) => new Promise((_, reject) => signal.addEventListener("abort", () => reject(signal.reason))));
-  await failed;
+  await badEnded;
   const good = ready.next("/r/good.sock");
-  assert.equal(executor.run("/r/good.sock", async () => {}), "started");
+  assert.equal(executor.run("/r/good.sock", async () => registered), "started");
   await good;
   assert.equal(executor.inBackoff("/r/good.sock"), false);
   assert.equal(executor.isRunning("/r/hang.sock"), true);
@@ -176,20 +177,44 @@ test("abort fires the operation's signal and an aborted operation opens no backo
   await executor.stop();
 });
 
-test("an operation that throws synchronously is a failure, not a crash", async () => {
+test("an aborted outcome leaves the backoff window as it was", async () => {
+  const clock = manualClock();
+  const ready = readySignals();
+  const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
+  let ended = ready.next("/r/a.sock");
+  executor.run("/r/a.sock", async () => failed);
+  await ended;
+  clock.advance(500);
+  ended = ready.next("/r/a.sock");
+  assert.equal(executor.run("/r/a.sock", async () => ({ state: "aborted" })), "started");
+  await ended;
+  assert.equal(executor.inBackoff("/r/a.sock"), false, "no new window");
+  ended = ready.next("/r/a.sock");
+  executor.run("/r/a.sock", async () => failed);
+  await ended;
+  clock.advance(999);
+  assert.equal(executor.inBackoff("/r/a.sock"), true, "the failure before the aborted attempt still counts: the window doubled to 1 s");
+  await executor.stop();
+});
+
+test("an operation that throws, at once or later, is a failure, not a crash", async () => {
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const ended = ready.next("/r/a.sock");
   executor.run("/r/a.sock", () => { throw new Error("boom"); });
   await ended;
   assert.equal(executor.inBackoff("/r/a.sock"), true);
+  const rejected = ready.next("/r/b.sock");
+  executor.run("/r/b.sock", async () => { throw new Error("boom"); });
+  await rejected;
+  assert.equal(executor.inBackoff("/r/b.sock"), true);
   await executor.stop();
 });
 
 test("stop aborts running operations, clears retry timers, refuses new ones and is idempotent", async () => {
   const clock = manualClock();
   const executor = new OperationExecutor({ backoff, clock });
-  executor.run("/r/fail.sock", async () => { throw new Error("x"); });
+  executor.run("/r/fail.sock", async () => failed);
   await new Promise((resolve) => setImmediate(resolve));
   let aborted = false;
   executor.run("/r/hang.sock", (signal) =>
@@ -199,14 +224,14 @@ test("stop aborts running operations, clears retry timers, refuses new ones and 
   await executor.stop();
   assert.equal(aborted, true);
   assert.equal(clock.pendingTimers(), 0);
-  assert.equal(executor.run("/r/new.sock", async () => {}), "stopped");
+  assert.equal(executor.run("/r/new.sock", async () => registered), "stopped");
   await executor.stop();
 });
 
 test("stop gives an operation that ignores its signal a bounded time", async () => {
   const executor = new OperationExecutor({ backoff });
   const never = gate();
-  executor.run("/r/stubborn.sock", () => never.promise);
+  executor.run("/r/stubborn.sock", () => never.promise.then(() => registered));
   const started = performance.now();
   await executor.stop(50);
   assert.ok(performance.now() - started < 1000);
@@ -226,11 +251,11 @@ test("the retry timer closes the window even when it fires before the clock reac
   };
   const woken: string[] = [];
   const executor = new OperationExecutor({ backoff, clock, onReady: (key) => woken.push(key) });
-  executor.run("/r/a.sock", async () => { throw new Error("refused"); });
+  executor.run("/r/a.sock", async () => failed);
   await new Promise((resolve) => setImmediate(resolve));
   now = 499;
   fire();
   assert.deepEqual(woken, ["/r/a.sock", "/r/a.sock"]);
-  assert.equal(executor.run("/r/a.sock", async () => {}), "started", "woken up and allowed to run");
+  assert.equal(executor.run("/r/a.sock", async () => registered), "started", "woken up and allowed to run");
   await executor.stop();
 });

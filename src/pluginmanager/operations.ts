@@ -1,10 +1,11 @@
 /**
  * The operation executor (the kubelet's goroutinemap with exponential
  * backoff): at most one operation per key (socket path) at a time, different
- * keys in parallel, and after a failure a per-key backoff window during which
- * the key's operations are refused. One timer per key in backoff tells the
- * owner when the window ends; nothing polls.
+ * keys in parallel, and after a failed outcome a per-key backoff window
+ * during which the key's operations are refused. One timer per key in
+ * backoff tells the owner when the window ends; nothing polls.
  */
+import type { AttemptState } from "./types.ts";
 
 /** Time source, injectable so tests control backoff windows. */
 export interface Clock {
@@ -25,6 +26,18 @@ export interface BackoffPolicy {
   initialMs: number;
   maxMs: number;
 }
+
+/**
+ * What the executor reads of an operation's outcome: `failed` and `stale`
+ * open (or double) the key's backoff window, `aborted` leaves it as it was,
+ * `registered` clears it.
+ */
+export interface OperationOutcome {
+  readonly state: AttemptState;
+}
+
+/** An operation on one key; its signal fires on abort and stop. */
+export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
 
 /** `started`, or why the operation was not started. */
 export type RunResult = "started" | "already-running" | "backoff" | "stopped";
@@ -58,11 +71,11 @@ export class OperationExecutor {
 
   /**
    * Starts `operation` for `key` unless one is running or the key is in its
-   * backoff window. The operation's signal fires on {@link abort} and
-   * {@link stop}; a rejected promise is a failure and opens (or doubles) the
-   * window, a resolved one clears it. An aborted operation never counts as a failure.
+   * backoff window. Its outcome sets the key's backoff (see
+   * {@link OperationOutcome}); a rejection counts as `failed`, and an
+   * operation whose signal fired never counts as a failure.
    */
-  run(key: string, operation: (signal: AbortSignal) => Promise<void>): RunResult {
+  run(key: string, operation: Operation): RunResult {
     if (this.#stopped) return "stopped";
     const state = this.#keys.get(key) ?? { failures: 0, retryAt: 0 };
     if (state.running) return "already-running";
@@ -71,8 +84,8 @@ export class OperationExecutor {
     const controller = new AbortController();
     const done = invoke(operation, controller.signal)
       .then(
-        () => this.#clearFailures(state),
-        () => this.#failed(key, state, controller.signal),
+        (outcome) => this.#ended(key, state, controller.signal, outcome.state),
+        () => this.#ended(key, state, controller.signal, "failed"),
       )
       .finally(() => {
         state.running = undefined;
@@ -147,9 +160,9 @@ export class OperationExecutor {
     cancelGrace();
   }
 
-  #failed(key: string, state: KeyState, signal: AbortSignal): void {
-    if (signal.aborted || this.#stopped) return;
-    this.#openWindow(key, state);
+  #ended(key: string, state: KeyState, signal: AbortSignal, outcome: AttemptState): void {
+    if (outcome === "registered") this.#clearFailures(state);
+    else if (outcome !== "aborted" && !signal.aborted && !this.#stopped) this.#openWindow(key, state);
   }
 
   #openWindow(key: string, state: KeyState): void {
@@ -179,7 +192,7 @@ export class OperationExecutor {
 }
 
 /** Calls `operation` now (so it sees an abort that follows at once), turning a synchronous throw into a rejection. */
-function invoke(operation: (signal: AbortSignal) => Promise<void>, signal: AbortSignal): Promise<void> {
+function invoke(operation: Operation, signal: AbortSignal): Promise<OperationOutcome> {
   try {
     return Promise.resolve(operation(signal));
   } catch (error) {

@@ -1,135 +1,140 @@
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { test } from "node:test";
+import type { TestContext } from "node:test";
+import { sensor, startTestPlugin } from "../../test/support/fake-plugin.ts";
+import { testPolicy } from "../../test/support/policy.ts";
+import { tempDir } from "../../test/support/temp-dir.ts";
+import { createLogger } from "../log/logger.ts";
+import { HandlerSet } from "./handler-set.ts";
 import type { Clock } from "./operations.ts";
-import { OperationExecutor } from "./operations.ts";
+import { OperationExecutor, systemClock } from "./operations.ts";
+import { PluginStatusCache } from "./plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
-import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
-import type { DesiredSocket, RegisteredPlugin } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld, inodeOf } from "./state.ts";
 import type { PluginHandler } from "./types.ts";
 
-const handler: PluginHandler = { async validatePlugin() {}, async registerPlugin() {}, deregisterPlugin() {} };
+const log = createLogger({ level: "error", format: "text" });
 
-/** A reconciler whose register step records the plugin in the actual state, as a dummy handler would (A.7). */
-function setUp(options: { register?: (desired: DesiredSocket, signal: AbortSignal) => Promise<void>; clock?: Clock } = {}) {
+/**
+ * A reconciler over real plugin sockets in `dir`, whose `acme.io/Sensor`
+ * handler records what it is asked; `settled()` resolves once the executor
+ * reported a socket ready after the last `expectSettled()`.
+ */
+function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?: number; onResync?: () => void } = {}) {
+  const calls: string[] = [];
+  const handler: PluginHandler = {
+    async validatePlugin() {},
+    async registerPlugin(plugin) {
+      calls.push(`register ${path.basename(plugin.socket)}`);
+    },
+    deregisterPlugin(plugin) {
+      calls.push(`deregister ${path.basename(plugin.socket)}`);
+    },
+  };
+  const policy = testPolicy({ watch: [dir] });
+  const context = { policy, handlers: new HandlerSet(policy, { generic: () => handler }, { connectionLost() {} }), asw: new ActualStateOfWorld(), log };
   const dsw = new DesiredStateOfWorld();
-  const asw = new ActualStateOfWorld();
-  const log: string[] = [];
+  const clock = options.clock ?? systemClock;
+  const status = new PluginStatusCache({ log, clock });
+  dsw.subscribe((change) => status.track(change));
   let settle = () => {};
-  let settled = Promise.resolve();
-  const expectSettled = () => (settled = new Promise<void>((resolve) => (settle = resolve)));
   let reconciler!: Reconciler;
   const executor = new OperationExecutor({
     backoff: { initialMs: 500, maxMs: 122_000 },
-    clock: options.clock,
+    clock,
     onReady: (socket) => {
       reconciler.reconcile(socket);
       settle();
     },
   });
-  reconciler = new Reconciler({
-    dsw,
-    asw,
-    executor,
-    resyncMs: 3_600_000,
-    clock: options.clock,
-    register:
-      options.register ??
-      (async (desired) => {
-        log.push(`register ${desired.socket} ${desired.inode}`);
-        asw.add(plugin(desired));
-      }),
-    unregister: (registered) => {
-      log.push(`unregister ${registered.socket} ${registered.inode}`);
-      asw.remove(registered.socket);
-    },
+  reconciler = new Reconciler({ dsw, executor, context, status, clock, resyncMs: options.resyncMs ?? 3_600_000, onResync: options.onResync });
+  t.after(async () => {
+    reconciler.stop();
+    await executor.stop();
   });
-  return { dsw, asw, log, executor, reconciler, expectSettled, settled: () => settled };
+  const expectSettled = () => new Promise<void>((resolve) => (settle = resolve));
+  /** Records the socket at `socket` as desired, at its current inode. */
+  const appear = (socket: string) => dsw.addOrUpdate(socket, inodeOf(fs.lstatSync(socket, { bigint: true })));
+  return { dsw, asw: context.asw, status, calls, executor, reconciler, expectSettled, appear };
 }
 
-function plugin(desired: DesiredSocket): RegisteredPlugin {
-  const { socket, inode } = desired;
-  return { socket, inode, handler, registration: { socket, type: "T", name: "n", endpoint: socket, versions: [] } };
-}
-
-test("with nothing desired and nothing registered, nothing happens (A.7)", async () => {
-  const { dsw, asw, log, reconciler, executor } = setUp();
+test("with nothing desired and nothing registered, nothing happens (A.7)", (t) => {
+  const { asw, calls, reconciler } = setUp(t, tempDir(t));
   reconciler.start();
   reconciler.reconcileAll();
-  assert.deepEqual([dsw.sockets(), asw.plugins(), log], [[], [], []]);
-  reconciler.stop();
-  await executor.stop();
+  assert.deepEqual([asw.plugins(), calls], [[], []]);
 });
 
-test("a desired socket is registered at once, with the desired inode (A.7)", async () => {
-  const { dsw, asw, log, reconciler, executor, expectSettled } = setUp();
+test("a desired socket is registered at once, with the desired inode, and its outcome recorded (A.7)", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "a.sock");
+  await startTestPlugin(t, { socketPath: socket, info: sensor() });
+  const { asw, status, calls, reconciler, expectSettled, appear } = setUp(t, dir);
   reconciler.start();
   const settled = expectSettled();
-  dsw.addOrUpdate("/r/a.sock", "1:2:3");
+  appear(socket);
   await settled;
-  assert.deepEqual(asw.plugins().map((p) => [p.socket, p.inode]), [["/r/a.sock", "1:2:3"]]);
-  assert.deepEqual(log, ["register /r/a.sock 1:2:3"]);
-  reconciler.stop();
-  await executor.stop();
+  assert.deepEqual(asw.plugins().map((p) => [p.socket, p.inode]), [[socket, inodeOf(fs.lstatSync(socket, { bigint: true }))]]);
+  assert.deepEqual(calls, ["register a.sock"]);
+  assert.deepEqual(status.plugins().map((p) => [p.state, p.attempts, p.name]), [["registered", 1, "acme.io/temp"]]);
 });
 
-test("a socket that leaves the desired state is unregistered (A.7)", async () => {
-  const { dsw, asw, log, reconciler, executor, expectSettled } = setUp();
+test("a socket that leaves the desired state is unregistered without dialing (A.7)", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "a.sock");
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
+  const { dsw, asw, calls, reconciler, expectSettled, appear } = setUp(t, dir);
   reconciler.start();
   const settled = expectSettled();
-  dsw.addOrUpdate("/r/a.sock", "1:2:3");
+  appear(socket);
   await settled;
-  dsw.remove("/r/a.sock");
+  await fake.stop();
+  dsw.remove(socket);
   assert.deepEqual(asw.plugins(), []);
-  assert.deepEqual(log, ["register /r/a.sock 1:2:3", "unregister /r/a.sock 1:2:3"]);
-  reconciler.stop();
-  await executor.stop();
+  assert.deepEqual(calls, ["register a.sock", "deregister a.sock"]);
 });
 
-test("a new inode at the path unregisters the old plugin then registers the new one; the same inode changes nothing (A.7, SPEC)", async () => {
-  const { dsw, asw, log, reconciler, executor, expectSettled } = setUp();
+test("a new inode at the path unregisters the old plugin then registers the new one; the same inode changes nothing (A.7, SPEC)", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "a.sock");
+  let fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
+  const { asw, calls, reconciler, expectSettled, appear } = setUp(t, dir);
   reconciler.start();
   let settled = expectSettled();
-  dsw.addOrUpdate("/r/a.sock", "1:2:3");
+  appear(socket);
   await settled;
-  dsw.addOrUpdate("/r/a.sock", "1:2:3");
+  const first = asw.get(socket)!.inode;
+  appear(socket);
+  await fake.stop();
+  fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   settled = expectSettled();
-  dsw.addOrUpdate("/r/a.sock", "1:2:4");
+  appear(socket);
   await settled;
-  assert.deepEqual(asw.plugins().map((p) => p.inode), ["1:2:4"]);
-  assert.deepEqual(log, ["register /r/a.sock 1:2:3", "unregister /r/a.sock 1:2:3", "register /r/a.sock 1:2:4"]);
-  reconciler.stop();
-  await executor.stop();
+  assert.notEqual(asw.get(socket)!.inode, first);
+  assert.deepEqual(calls, ["register a.sock", "deregister a.sock", "register a.sock"]);
+  assert.equal(fake.notifications().length, 1);
 });
 
-test("a socket removed while its registration runs: the registration is aborted, then the plugin is unregistered", async () => {
-  let releaseRegister = () => {};
-  let sawAbort = false;
-  const fixture = setUp({
-    register: async (desired, signal) => {
-      fixture.asw.add(plugin(desired));
-      await new Promise<void>((resolve) => {
-        releaseRegister = resolve;
-        signal.addEventListener("abort", () => ((sawAbort = true), resolve()));
-      });
-    },
-  });
-  const { dsw, asw, log, reconciler, executor, expectSettled } = fixture;
+test("a socket removed while its registration runs: the attempt is aborted and nothing is recorded", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "hang.sock");
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
+  const { dsw, asw, status, calls, executor, reconciler, expectSettled, appear } = setUp(t, dir);
   reconciler.start();
-  dsw.addOrUpdate("/r/a.sock", "1:2:3");
-  assert.equal(executor.isRunning("/r/a.sock"), true);
+  appear(socket);
+  await fake.waitForGetInfo();
+  assert.equal(executor.isRunning(socket), true);
   const settled = expectSettled();
-  dsw.remove("/r/a.sock");
-  assert.equal(log.length, 0, "no deregistration while the registration still runs");
+  dsw.remove(socket);
   await settled;
-  assert.equal(sawAbort, true);
-  assert.deepEqual(asw.plugins(), []);
-  assert.deepEqual(log, ["unregister /r/a.sock 1:2:3"]);
-  releaseRegister();
-  reconciler.stop();
-  await executor.stop();
+  assert.equal(executor.isRunning(socket), false);
+  assert.equal(executor.inBackoff(socket), false, "an aborted attempt opens no backoff window");
+  assert.deepEqual([asw.plugins(), calls, status.plugins()], [[], [], []]);
 });
 
-test("the periodic resync runs the watcher's rescan and a full compare, without polling in between", async () => {
+test("the periodic resync runs the watcher's rescan and a full compare, without polling in between", (t) => {
   let now = 0;
   const timers = new Map<number, { at: number; callback: () => void }>();
   let nextId = 0;
@@ -141,34 +146,21 @@ test("the periodic resync runs the watcher's rescan and a full compare, without 
       return () => timers.delete(id);
     },
   };
-  const dsw = new DesiredStateOfWorld();
-  const asw = new ActualStateOfWorld();
-  const executor = new OperationExecutor({ backoff: { initialMs: 500, maxMs: 1000 }, clock });
-  const unregistered: string[] = [];
   let rescans = 0;
-  const reconciler = new Reconciler({
-    dsw,
-    asw,
-    executor,
-    clock,
-    resyncMs: 10_000,
-    onResync: () => rescans++,
-    register: async (desired) => asw.add(plugin(desired)),
-    unregister: (registered) => {
-      unregistered.push(registered.socket);
-      asw.remove(registered.socket);
-    },
-  });
+  const dir = tempDir(t);
+  const { asw, calls, reconciler } = setUp(t, dir, { clock, resyncMs: 10_000, onResync: () => rescans++ });
   reconciler.start();
   assert.equal(timers.size, 1, "one resync timer");
   // A plugin the desired state does not know (its removal event was lost).
-  asw.add(plugin({ socket: "/r/lost.sock", inode: "9", discoveredAt: new Date(0) }));
+  const socket = path.join(dir, "lost.sock");
+  const registration = { socket, type: "acme.io/Sensor", name: "x", endpoint: socket, versions: [] };
+  asw.add({ socket, inode: "9", registration, handler: { async validatePlugin() {}, async registerPlugin() {}, deregisterPlugin: () => void calls.push("deregister lost.sock") } });
   now = 10_000;
   for (const [id, timer] of [...timers]) if (timer.at <= now) (timers.delete(id), timer.callback());
   assert.equal(rescans, 1);
-  assert.deepEqual(unregistered, ["/r/lost.sock"]);
+  assert.deepEqual(calls, ["deregister lost.sock"]);
+  assert.equal(asw.size, 0);
   assert.equal(timers.size, 1, "re-armed for the next resync");
   reconciler.stop();
   assert.equal(timers.size, 0, "stop clears the resync timer");
-  await executor.stop();
 });

@@ -1,21 +1,24 @@
 /**
  * The reconciler: compares the desired state of world with the actual one
- * and asks the operation executor to converge. Unlike the kubelet's 1 s loop
- * it reacts to each desired-state change at once, for that socket only; a
- * periodic resync compares everything to catch what an event missed.
+ * and starts the operations that converge them (the register and unregister
+ * sequences of registration.ts) through the operation executor. Unlike the
+ * kubelet's 1 s loop it reacts to each desired-state change at once, for
+ * that socket only; a periodic resync compares everything to catch what an
+ * event missed. Each attempt's outcome goes to the status cache.
  */
-import type { Clock, OperationExecutor } from "./operations.ts";
+import type { Clock, OperationExecutor, OperationOutcome } from "./operations.ts";
 import { systemClock } from "./operations.ts";
-import type { ActualStateOfWorld, DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state.ts";
+import type { PluginStatusCache } from "./plugin-status.ts";
+import type { RegistrationContext } from "./registration.ts";
+import { registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
+import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state.ts";
 
 export interface ReconcilerOptions {
   dsw: DesiredStateOfWorld;
-  asw: ActualStateOfWorld;
   executor: OperationExecutor;
-  /** The register sequence; rejects when the attempt failed (the executor then backs off). */
-  register: (desired: DesiredSocket, signal: AbortSignal) => Promise<void>;
-  /** The unregister sequence: removes the plugin from the actual state and tells its handler. */
-  unregister: (plugin: RegisteredPlugin) => void;
+  /** What registrations read (policy, handlers, the actual state); a policy reload swaps its policy and handlers. */
+  context: RegistrationContext;
+  status: PluginStatusCache;
   resyncMs: number;
   clock?: Clock;
   /** Runs before each periodic full compare (the watcher's rescan). */
@@ -31,6 +34,8 @@ export class Reconciler {
   #unsubscribe: () => void = () => {};
   #cancelResync: () => void = () => {};
   #running = false;
+  /** Sockets whose attempt has not recorded its outcome yet. */
+  readonly #attempting = new Set<string>();
 
   constructor(options: ReconcilerOptions) {
     this.#options = options;
@@ -65,9 +70,9 @@ export class Reconciler {
   /** Converges one socket: unregister a plugin whose socket left or changed, register a desired one. */
   reconcile(socket: string): void {
     if (!this.#running) return;
-    const { dsw, asw, executor } = this.#options;
+    const { dsw, executor, context } = this.#options;
     const desired = dsw.get(socket);
-    const actual = asw.get(socket);
+    const actual = context.asw.get(socket);
     if (actual && actual.inode !== desired?.inode) {
       // One operation per socket: a registration still in flight ends first,
       // and its end (the executor's onReady) brings us back here.
@@ -75,22 +80,66 @@ export class Reconciler {
         executor.abort(socket);
         return;
       }
-      this.#options.unregister(actual);
+      unregisterPlugin(actual, context.asw, context.log);
     }
-    if (desired && !asw.has(socket, desired.inode)) {
-      executor.run(socket, (signal) => this.#options.register(desired, signal));
+    if (desired && !context.asw.has(socket, desired.inode)) {
+      executor.run(socket, (signal) => this.#register(desired, signal));
     }
   }
 
   /** The full compare: every unregistration first, then every registration. */
   reconcileAll(): void {
     if (!this.#running) return;
-    const { dsw, asw } = this.#options;
-    for (const plugin of asw.plugins()) {
+    const { dsw, context } = this.#options;
+    for (const plugin of context.asw.plugins()) {
       if (dsw.get(plugin.socket)?.inode !== plugin.inode) this.reconcile(plugin.socket);
     }
     for (const desired of dsw.sockets()) this.reconcile(desired.socket);
     this.#options.onPass?.();
+  }
+
+  /**
+   * After a policy reload: deregisters the registered plugins it refuses
+   * (an attempt in flight checks its own outcome when it ends), forgets the
+   * backoff of every socket not registered (the new policy may accept it)
+   * and compares everything.
+   */
+  policyChanged(): void {
+    const { dsw, executor, context } = this.#options;
+    for (const plugin of context.asw.plugins()) {
+      if (!this.#attempting.has(plugin.socket)) this.#deregisterIfRefused(plugin);
+    }
+    for (const desired of dsw.sockets()) {
+      if (!context.asw.has(desired.socket, desired.inode)) executor.resetBackoff(desired.socket);
+    }
+    this.reconcileAll();
+  }
+
+  /** One registration attempt, its outcome recorded; the executor reads the outcome for backoff. */
+  async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
+    const { context, status } = this.#options;
+    const policy = context.policy;
+    const startedAt = status.attemptStarted(desired);
+    this.#attempting.add(desired.socket);
+    const outcome = await registerPlugin(desired, context, signal);
+    this.#attempting.delete(desired.socket);
+    status.attemptEnded(desired, outcome, startedAt);
+    if (context.policy === policy) return outcome;
+    // Decided under a superseded policy, whose reload forgot this socket's
+    // backoff: decide again under the new one at once.
+    const plugin = context.asw.get(desired.socket);
+    if (plugin?.inode === desired.inode) this.#deregisterIfRefused(plugin);
+    return outcome.state === "registered" ? outcome : { state: "aborted" };
+  }
+
+  /** Deregisters a plugin the current policy refuses; its record goes back to pending, with the reason. */
+  #deregisterIfRefused(plugin: RegisteredPlugin): void {
+    const { executor, context, status } = this.#options;
+    const refusal = registeredPluginRefusal(plugin, context.policy, context.handlers);
+    if (refusal === null) return;
+    unregisterPlugin(plugin, context.asw, context.log);
+    executor.resetBackoff(plugin.socket);
+    status.deregistered(plugin, "pending", refusal, "plugin deregistered: the policy now refuses it");
   }
 
   #onDesiredChange(change: DesiredChange): void {

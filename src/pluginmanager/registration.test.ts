@@ -9,7 +9,7 @@ import type { TestPolicyOptions } from "../../test/support/policy.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
-import { probePlugin, registerPlugin, unregisterPlugin } from "./registration.ts";
+import { registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, inodeOf } from "./state.ts";
 import type { DesiredSocket } from "./state.ts";
@@ -59,6 +59,7 @@ test("a good plugin: GetInfo, validate, recorded, register, notify(true); endpoi
   const outcome = await registerPlugin(desired(socket), ctx, signal());
   assert.deepEqual(outcome, {
     state: "registered",
+    reason: null,
     error: null,
     info: { type: "acme.io/Sensor", name: "acme.io/temp", endpoint: socket, versions: ["v1"] },
   });
@@ -92,7 +93,7 @@ test("a socket owned by a uid outside security.socketOwners is refused without d
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
   fs.chownSync(socket, 4242, 4242);
   const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler), signal());
-  assert.deepEqual(outcome, { state: "failed", error: "socket owned by uid 4242, not in security.socketOwners [0]", info: null });
+  assert.deepEqual(outcome, { state: "failed", reason: "socket_owner", error: "socket owned by uid 4242, not in security.socketOwners [0]", info: null });
   assert.equal(fake.getInfoCalls(), 0);
   assert.deepEqual(fake.notifications(), []);
 });
@@ -273,34 +274,4 @@ test("an attempt aborted while GetInfo hangs ends at once, reporting nothing", a
   await fake.waitForGetInfo();
   controller.abort(new Error("socket removed"));
   assert.equal((await attempt).state, "aborted");
-});
-
-test("probe: a good plugin's info and the handler that would take it; no notification sent", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "p.sock");
-  const fake = await startTestPlugin(t, { socketPath: socket, info: { ...sensor(), endpoint: "/run/acme/temp.sock" } });
-  const ctx = context(dir, recordingHandler().handler);
-  assert.deepEqual(await probePlugin(socket, ctx.policy, ctx.handlers), {
-    socket,
-    info: { type: "acme.io/Sensor", name: "acme.io/temp", endpoint: "/run/acme/temp.sock", versions: ["v1"] },
-    failure: null,
-    error: null,
-    handler: "acme.io/Sensor",
-    refusal: null,
-  });
-  assert.deepEqual(fake.notifications(), []);
-});
-
-test("probe: an undeclared type says no handler would take it; a stale socket says stale", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "p.sock");
-  await startTestPlugin(t, { socketPath: socket, info: { type: "acme.io/Unknown", name: "x" } });
-  const ctx = context(dir, recordingHandler().handler);
-  const unknown = await probePlugin(socket, ctx.policy, ctx.handlers);
-  assert.equal(unknown.handler, null);
-  assert.equal(unknown.refusal, `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${socket}`);
-  const dead = path.join(dir, "dead.sock");
-  await leaveStaleSocket(dead);
-  const stale = await probePlugin(dead, ctx.policy, ctx.handlers);
-  assert.deepEqual([stale.failure, stale.info, stale.handler], ["stale", null, null]);
 });

@@ -9,6 +9,40 @@ import type { HandlerPolicy } from "../policy/types.ts";
 export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;
 export type PluginState = (typeof PLUGIN_STATES)[number];
 
+/** How one registration attempt ended; `aborted`: the socket went away or the manager is stopping. */
+export type AttemptState = "registered" | "failed" | "stale" | "aborted";
+
+/**
+ * Why an attempt failed, set where it failed (docs/metrics.md lists them):
+ * stale (nothing listens), socket_missing (the discovered socket is gone or
+ * replaced), socket_owner, get_info (no answer, a gRPC error, not gRPC),
+ * invalid_info (an answer out of bounds), no_handler, handler_unavailable,
+ * policy (dir types, allow/deny, versions), max_plugins, validation,
+ * register, notify.
+ */
+export const ATTEMPT_FAILURES = [
+  "stale", "socket_missing", "socket_owner", "get_info", "invalid_info", "no_handler",
+  "handler_unavailable", "policy", "max_plugins", "validation", "register", "notify",
+] as const;
+export type AttemptFailure = (typeof ATTEMPT_FAILURES)[number];
+
+/**
+ * Why a socket is not registered: an attempt's failure, or connection_lost
+ * (a handler's connection to the registered plugin dropped), or timeout
+ * (`--reconcile-once` ended before its first attempt did).
+ */
+export const FAILURE_REASONS = [...ATTEMPT_FAILURES, "connection_lost", "timeout"] as const;
+export type FailureReason = (typeof FAILURE_REASONS)[number];
+
+/** Refusals another attempt cannot undo while the policy and the plugin stay as they are. */
+export const PERMANENT_FAILURES: ReadonlySet<FailureReason> = new Set(["socket_owner", "invalid_info", "no_handler", "handler_unavailable", "policy"]);
+
+/** A failure with the reason it counts under and the text a person (and the plugin) reads. */
+export interface Failure {
+  reason: FailureReason;
+  error: string;
+}
+
 /** One registration socket as `status` shows it. */
 export interface PluginRecord {
   socket: string;
@@ -25,6 +59,8 @@ export interface PluginRecord {
   registeredAt: Date | null;
   /** Last attempt's error, kept while retrying; null once registered. */
   error: string | null;
+  /** What `error` counts as; null exactly when `error` is. */
+  reason: FailureReason | null;
   discoveredAt: Date;
   lastAttemptAt: Date | null;
 }
@@ -48,6 +84,12 @@ export interface PluginRegistration {
  * input bounds) before `validatePlugin`: a handler checks only what is its own.
  */
 export interface PluginHandler {
+  /**
+   * The handler keeps a connection to each plugin it holds and reports its
+   * loss through {@link HandlerContext.connectionLost} (device plugins, DRA);
+   * the periodic liveness dial leaves its plugins alone.
+   */
+  readonly watchesConnection?: boolean;
   /** Throws an Error whose message is sent to the plugin when it is refused. */
   validatePlugin(plugin: PluginRegistration, signal: AbortSignal): Promise<void>;
   /** Throws when the plugin cannot be used; the manager then retries with backoff. */
