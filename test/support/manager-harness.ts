@@ -10,6 +10,7 @@ import type { Logger } from "../../src/log/logger.ts";
 import { handlerFactories } from "../../src/agent.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";
+import type { Clock } from "../../src/pluginmanager/operations.ts";
 import type { HandlerFactories, PluginChange, PluginRecord } from "../../src/pluginmanager/types.ts";
 import { waitForEvent } from "./fake-plugin.ts";
 import { testPolicy } from "./policy.ts";
@@ -26,6 +27,8 @@ export interface StartManagerOptions {
   observer?: PluginManagerObserver;
   /** Default: {@link quietLog}. */
   log?: Logger;
+  /** Default: the system's. */
+  clock?: Clock;
 }
 
 /** Starts a manager for `testPolicy(policy)`, stopped after `t`; `changes` collects every change it publishes. */
@@ -41,6 +44,7 @@ export async function startManager(
       Object.entries({ ...handlerFactories(), ...options.handlers }).filter(([type]) => !options.without?.includes(type)),
     ),
     observer: options.observer,
+    clock: options.clock,
   });
   const changes: PluginChange[] = [];
   manager.subscribe((change) => changes.push(change));
