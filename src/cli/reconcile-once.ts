@@ -20,6 +20,8 @@ import type { PluginRecord } from "../pluginmanager/types.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
 import { printable } from "../log/printable.ts";
+import { checkpointStatus } from "../handlers/deviceplugin/device-status.ts";
+import { devicesSettled, nextChange, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
 
 export interface ReconcileSettings {
   timeoutMs: number;
@@ -30,22 +32,38 @@ export interface ReconcileSettings {
 export async function reconcileOnce(policy: Policy, io: CommandIO, settings: ReconcileSettings): Promise<number> {
   const startedAt = new Date();
   const { expectations } = settings;
-  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories() });
+  let deviceSide: ReconcileDevices;
+  try {
+    deviceSide = await startReconcileDevices(policy, io.log);
+  } catch (error) {
+    return cannotStart(error, io, settings.output);
+  }
+  const { devices } = deviceSide;
+  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices) });
   try {
     await manager.start();
   } catch (error) {
     await manager.stop().catch(() => {});
+    await deviceSide.stop();
     return cannotStart(error, io, settings.output);
   }
-  await manager.whenSettled({
-    predicate: (plugins) => outcomeIsKnown(plugins, expectations),
-    signal: AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]),
-  });
-  await manager.stop();
+  const signal = AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]);
+  // Plugins first, then the device lists; a device plugin registering late starts the loop again.
+  const everyResource = !hasExpectations(expectations) || expectations.strict;
+  while (await manager.whenSettled({ predicate: (plugins) => outcomeIsKnown(plugins, expectations), signal })) {
+    if (devicesSettled(devices, everyResource && !manager.plugins().some(isPermanentRefusal))) break;
+    await nextChange([(listener) => manager.subscribe(listener), (listener) => devices.subscribe(listener)], signal);
+  }
+  const unlisted = devices.awaitingFirstList();
+  if (unlisted.length > 0) io.log.warn("device plugins sent no device list in time", { plugins: unlisted, timeout: formatDuration(settings.timeoutMs) });
 
   const unfinished = `not registered within ${formatDuration(settings.timeoutMs)}`;
   const plugins = manager.plugins().map((plugin) => finalState(plugin, unfinished));
-  const status = buildStatus({ node: policy.nodeName, plugins });
+  const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations() });
+  await manager.stop();
+  await devices.writeCheckpoint();
+  await deviceSide.stop();
+  status.checkpoint = checkpointStatus(policy.checkpoint.path, devices.checkpointState());
   const report = buildReport(status, expectations, startedAt, new Date());
   io.stdout(settings.output === "json" ? JSON.stringify(report, null, 2) + "\n" : reportToText(report, status));
   logOutcome(io.log, report.ok, report.expectations.unmet, plugins);

@@ -82,7 +82,11 @@ export class CheckpointStore {
    * starting empty would overwrite state that may be good.
    */
   async restore(): Promise<RestoreResult> {
-    await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+    try {
+      await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+    } catch (error) {
+      throw new Error(`cannot create the checkpoint directory ${this.#directory}: ${(error as Error).message}`, { cause: error });
+    }
     await this.#removeAbandonedTempFiles();
     let bytes: Uint8Array;
     try {

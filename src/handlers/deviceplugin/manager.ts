@@ -16,43 +16,35 @@ import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/age
 import type { Logger } from "../../log/logger.ts";
 import { systemClock } from "../../pluginmanager/operations.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
-import { CheckpointWriter } from "./checkpoint-writer.ts";
+import { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { allocate, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
 import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
-import { entryDeviceIds, PodDevices, type DeviceStateStore, type RestoreResult } from "./pod-devices.ts";
+import { entryDeviceIds, PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { ResourceTable } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
-
-/** How long stop() waits for the last checkpoint write, inside SPEC's 2 s to exit. */
-const STOP_FLUSH_MS = 1000;
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
 
 export class DeviceManager {
   readonly #log: Logger;
-  readonly #store: DeviceStateStore | null;
-  readonly #writer: CheckpointWriter | null;
+  readonly #checkpoint: DeviceCheckpoint;
   readonly #resources: ResourceTable;
   readonly #pods = new PodDevices();
   readonly #statusView = new ResourceStatusView();
   readonly #onLost = new Map<DevicePluginEndpoint, (reason: string) => void>();
   readonly #listeners = new Set<(change: DeviceChange) => void>();
-  readonly #firstList = new Map<string, Promise<void>>();
+  /** Connected endpoints that have not sent a good device list yet. */
+  readonly #unlisted = new Set<DevicePluginEndpoint>();
   #maxDevices: number;
   #dialTimeoutMs: number;
   #allocating: Promise<unknown> = Promise.resolve();
-  #restoreResult: RestoreResult | null = null;
-  /** Settles when the checkpoint has been read (at once without a store): connect waits for it. */
-  readonly #restored: Promise<void>;
-  #markRestored: () => void = () => {};
   #stopped = false;
   #stopping: Promise<void> | null = null;
 
   constructor(options: DeviceManagerOptions) {
     this.#log = options.log.with({ component: "devicemanager" });
-    this.#store = options.store;
     this.#maxDevices = options.maxDevicesPerResource;
     this.#dialTimeoutMs = options.dialTimeoutMs;
     const clock = options.clock ?? systemClock;
@@ -67,10 +59,14 @@ export class DeviceManager {
         this.#emit({ kind: "resource", resource, removed });
       },
     });
-    this.#writer = options.store
-      ? new CheckpointWriter({ store: options.store, snapshot: () => this.#snapshot(), log: this.#log, clock, observe: options.observeCheckpointWrite })
-      : null;
-    this.#restored = options.store ? new Promise<void>((resolve) => (this.#markRestored = resolve)) : Promise.resolve();
+    this.#checkpoint = new DeviceCheckpoint({
+      store: options.store,
+      readOnly: options.readOnly,
+      snapshot: () => this.#snapshot(),
+      log: this.#log,
+      clock,
+      observe: options.observeCheckpointWrite,
+    });
   }
 
   /** The DevicePlugin handler for the plugin manager: a view of this manager. */
@@ -99,26 +95,19 @@ export class DeviceManager {
    * directory cannot be created or the file cannot be read; writes start
    * only after a successful restore.
    */
-  async restore(): Promise<RestoreResult> {
-    if (!this.#store) return { kind: "missing" };
-    if (this.#restoreResult) throw new Error("the checkpoint has already been restored");
-    const result = await this.#store.restore();
-    this.#restoreResult = result;
-    if (result.kind === "restored") {
-      const skipped = this.#pods.restore(result.data.podDeviceEntries);
+  restore(): Promise<RestoreResult> {
+    return this.#checkpoint.restore((data) => {
+      const skipped = this.#pods.restore(data.podDeviceEntries);
       for (const entry of skipped) this.#log.warn("checkpoint entry skipped: its AllocResp does not decode", { entry });
-      for (const resource of result.data.registeredDevices.keys()) this.#resources.restoreDisconnected(resource);
+      for (const resource of data.registeredDevices.keys()) this.#resources.restoreDisconnected(resource);
       for (const entry of this.#pods.entries()) this.#resources.restoreDisconnected(entry.resource);
-      this.#log.info("checkpoint restored", { resources: result.data.registeredDevices.size, allocations: result.data.podDeviceEntries.length - skipped.length });
-    }
-    this.#writer!.enable();
-    this.#markRestored();
-    return result;
+      this.#log.info("checkpoint restored", { resources: data.registeredDevices.size, allocations: data.podDeviceEntries.length - skipped.length });
+    });
   }
 
-  /** How the checkpoint was restored and how its writes go (status). */
+  /** How the checkpoint was restored and how its writes go (status); null without a store. */
   checkpointState(): CheckpointState | null {
-    return this.#writer ? { restore: this.#restoreResult, writes: { ...this.#writer.stats } } : null;
+    return this.#checkpoint.state();
   }
 
   /**
@@ -128,7 +117,7 @@ export class DeviceManager {
    */
   async connect(resource: string, socket: string, options: ConnectOptions = {}): Promise<void> {
     if (this.#stopped) throw new Error("the device manager is stopping");
-    await this.#restored;
+    await this.#checkpoint.restored;
     const endpoint = new DevicePluginEndpoint({ resource, socket, dialTimeoutMs: this.#dialTimeoutMs, maxDevices: this.#maxDevices });
     try {
       await endpoint.connect(options.signal);
@@ -142,11 +131,10 @@ export class DeviceManager {
     }
     const replaced = this.#resources.attach(endpoint);
     if (replaced) this.#closeEndpoint(replaced);
-    let resolveFirst = () => {};
-    this.#firstList.set(`${resource}\u0000${socket}`, new Promise<void>((resolve) => (resolveFirst = resolve)));
+    this.#unlisted.add(endpoint);
     if (options.onLost) this.#onLost.set(endpoint, options.onLost);
     this.#log.info("device plugin connected", { resource, socket, options: endpoint.options });
-    endpoint.watch(this.#listener(resolveFirst));
+    endpoint.watch(this.#listener);
   }
 
   /** Disconnects the plugin on `socket` (deregistration); never dials. */
@@ -162,9 +150,9 @@ export class DeviceManager {
     return this.#resources.all().find((state) => state.endpoints.has(socket))?.name;
   }
 
-  /** Resolves when the plugin on (resource, socket) has sent its first good list, or at once if it is not connected. */
-  firstList(resource: string, socket: string): Promise<void> {
-    return this.#firstList.get(`${resource}\u0000${socket}`) ?? Promise.resolve();
+  /** Connected plugins (`resource at socket`) whose first good device list has not come yet (reconcile-once waits for them). */
+  awaitingFirstList(): string[] {
+    return [...this.#unlisted].map((endpoint) => `${endpoint.resource} at ${endpoint.socket}`);
   }
 
   resources(): ResourceStatus[] {
@@ -214,9 +202,15 @@ export class DeviceManager {
     return released;
   }
 
+  /** Writes the checkpoint now, changed or not (`--reconcile-once` leaves one behind); true when it is on disk in time. */
+  writeCheckpoint(timeoutMs = 10_000): Promise<boolean> {
+    this.#checkpointChanged();
+    return this.flush(timeoutMs);
+  }
+
   /** Writes every change so far to the checkpoint; true when it is all on disk within `timeoutMs`. */
   flush(timeoutMs = 10_000): Promise<boolean> {
-    return this.#writer?.flush(timeoutMs) ?? Promise.resolve(true);
+    return this.#checkpoint.flush(timeoutMs);
   }
 
   /**
@@ -234,39 +228,36 @@ export class DeviceManager {
     this.#stopped = true;
     this.#resources.stop();
     for (const state of this.#resources.all()) for (const endpoint of state.endpoints.values()) this.#closeEndpoint(endpoint);
-    this.#markRestored();
-    if (!this.#writer) return;
-    const written = await this.#writer.flush(STOP_FLUSH_MS);
-    this.#writer.stop();
-    if (!written) this.#log.error("stopping with the last device changes not in the checkpoint", { error: this.#writer.stats.lastError ?? `not written within ${STOP_FLUSH_MS} ms` });
+    await this.#checkpoint.stop();
   }
 
-  #listener(resolveFirst: () => void): EndpointListener {
-    return {
-      devices: (endpoint, devices) => {
-        if (!this.#resources.update(endpoint, devices)) return;
-        resolveFirst();
-        this.#checkpointChanged();
-      },
-      refused: (endpoint, reason) => {
-        this.#log.warn("device list refused; the last good list stays", { resource: endpoint.resource, socket: endpoint.socket, reason });
-        this.#resources.refuse(endpoint, reason);
-      },
-      ended: (endpoint, reason) => {
-        resolveFirst();
-        const onLost = this.#onLost.get(endpoint);
-        this.#onLost.delete(endpoint);
-        if (!this.#resources.detach(endpoint)) return;
-        this.#log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
-        this.#checkpointChanged();
-        onLost?.(reason);
-      },
-    };
-  }
+  readonly #listener: EndpointListener = {
+    devices: (endpoint, devices) => {
+      if (!this.#resources.update(endpoint, devices)) return;
+      this.#unlisted.delete(endpoint);
+      this.#checkpointChanged();
+    },
+    refused: (endpoint, reason) => {
+      // Once per reason: a plugin repeating a bad list must not flood the log.
+      const repeated = this.#resources.refuse(endpoint, reason) === "repeated";
+      const fields = { resource: endpoint.resource, socket: endpoint.socket, reason };
+      if (repeated) this.#log.debug("device list refused again", fields);
+      else this.#log.warn("device list refused; the last good list stays", fields);
+    },
+    ended: (endpoint, reason) => {
+      this.#unlisted.delete(endpoint);
+      const onLost = this.#onLost.get(endpoint);
+      this.#onLost.delete(endpoint);
+      if (!this.#resources.detach(endpoint)) return;
+      this.#log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
+      this.#checkpointChanged();
+      onLost?.(reason);
+    },
+  };
 
   #closeEndpoint(endpoint: DevicePluginEndpoint): void {
     this.#onLost.delete(endpoint);
-    this.#firstList.delete(`${endpoint.resource}\u0000${endpoint.socket}`);
+    this.#unlisted.delete(endpoint);
     endpoint.close();
   }
 
@@ -281,7 +272,7 @@ export class DeviceManager {
   }
 
   #checkpointChanged(): void {
-    this.#writer?.changed();
+    this.#checkpoint.changed();
   }
 
   /** The checkpoint's data now: every allocation, and the healthy devices of every resource (the kubelet's RegisteredDevices). */

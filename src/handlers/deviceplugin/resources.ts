@@ -99,12 +99,16 @@ export class ResourceTable {
     return true;
   }
 
-  refuse(endpoint: DevicePluginEndpoint, reason: string): void {
+  /** Records why a message was refused; "repeated" when it is the error already recorded (nothing changes then). */
+  refuse(endpoint: DevicePluginEndpoint, reason: string): "recorded" | "repeated" | "unknown" {
     const state = this.#resources.get(endpoint.resource);
-    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return;
-    state.lastError = `${endpoint.socket}: ${reason}`;
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return "unknown";
+    const error = `${endpoint.socket}: ${reason}`;
+    if (state.lastError === error) return "repeated";
+    state.lastError = error;
     state.version++;
     this.#changed({ resource: state.name, removed: false });
+    return "recorded";
   }
 
   healthyIds(name: string): string[] {

@@ -14,6 +14,8 @@ export interface DeviceManagerOptions {
   dialTimeoutMs: number;
   /** Where the device state is checkpointed; null keeps it in memory only. With a store, connect() waits for restore(). */
   store: DeviceStateStore | null;
+  /** The store is only read (someone else writes it: a daemon beside `--reconcile-once`). */
+  readOnly?: boolean;
   clock?: Clock;
   /** Told of every checkpoint write (metrics). */
   observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;

@@ -1,0 +1,84 @@
+/**
+ * The device manager's side of its checkpoint: read once at start (plugins
+ * wait for it, so nothing allocates or writes before the allocations are
+ * back), then written after changes through a {@link CheckpointWriter}, and
+ * flushed within a bound when the manager stops. Without a store it does
+ * nothing; read-only, it reads but never writes (a daemon beside
+ * `--reconcile-once` owns the file).
+ */
+import type { Logger } from "../../log/logger.ts";
+import type { Clock } from "../../pluginmanager/operations.ts";
+import { CheckpointWriter, type CheckpointWriteOutcome } from "./checkpoint-writer.ts";
+import type { CheckpointData, DeviceStateStore, RestoreResult } from "./pod-devices.ts";
+import type { CheckpointState } from "./types.ts";
+
+/** How long stop() waits for the last checkpoint write, inside SPEC's 2 s to exit. */
+const STOP_FLUSH_MS = 1000;
+
+export interface DeviceCheckpointOptions {
+  store: DeviceStateStore | null;
+  readOnly?: boolean;
+  snapshot: () => CheckpointData;
+  log: Logger;
+  clock: Clock;
+  observe?: (outcome: CheckpointWriteOutcome) => void;
+}
+
+export class DeviceCheckpoint {
+  readonly #store: DeviceStateStore | null;
+  readonly #writer: CheckpointWriter | null;
+  readonly #log: Logger;
+  #result: RestoreResult | null = null;
+  /** Settles once the checkpoint has been read (at once without a store, or when stopping). */
+  readonly restored: Promise<void>;
+  #markRestored: () => void = () => {};
+
+  constructor(options: DeviceCheckpointOptions) {
+    this.#store = options.store;
+    this.#log = options.log;
+    this.#writer =
+      options.store && !options.readOnly
+        ? new CheckpointWriter({ store: options.store, snapshot: options.snapshot, log: options.log, clock: options.clock, observe: options.observe })
+        : null;
+    this.restored = options.store ? new Promise<void>((resolve) => (this.#markRestored = resolve)) : Promise.resolve();
+  }
+
+  /** Reads the checkpoint once; `apply` puts its data back before any plugin may connect; writes start after. */
+  async restore(apply: (data: CheckpointData) => void): Promise<RestoreResult> {
+    if (!this.#store) return { kind: "missing" };
+    if (this.#result) throw new Error("the checkpoint has already been restored");
+    const result = await this.#store.restore();
+    this.#result = result;
+    if (result.kind === "restored") apply(result.data);
+    this.#writer?.enable();
+    this.#markRestored();
+    return result;
+  }
+
+  /** The device state changed. */
+  changed(): void {
+    this.#writer?.changed();
+  }
+
+  /** Writes what is not on disk yet; true when it is all there within `timeoutMs`. */
+  flush(timeoutMs: number): Promise<boolean> {
+    return this.#writer?.flush(timeoutMs) ?? Promise.resolve(true);
+  }
+
+  state(): CheckpointState | null {
+    if (!this.#store) return null;
+    const writes = this.#writer ? { ...this.#writer.stats } : { writes: 0, failures: 0, lastWriteAt: null, lastError: null };
+    return { restore: this.#result, writes };
+  }
+
+  /** Lets waiting plugins go (they find the manager stopping), writes the last changes within a second, stops retrying. */
+  async stop(): Promise<void> {
+    this.#markRestored();
+    if (!this.#writer) return;
+    const written = await this.#writer.flush(STOP_FLUSH_MS);
+    this.#writer.stop();
+    if (!written) {
+      this.#log.error("stopping with the last device changes not in the checkpoint", { error: this.#writer.stats.lastError ?? `not written within ${STOP_FLUSH_MS} ms` });
+    }
+  }
+}
