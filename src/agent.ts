@@ -282,10 +282,7 @@ export class EdgeplugAgent {
   #observer(): PluginManagerObserver {
     return {
       heartbeat: (source) => this.health.heartbeat(source),
-      attemptEnded: (attempt) => {
-        const result = attempt.state === "registered" ? "success" : "failure";
-        this.metrics?.observeRegistration(attempt.type, result, attempt.durationMs / 1000, attempt.reason ?? undefined);
-      },
+      attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.type, attempt.durationMs / 1000, attempt.reason),
     };
   }
 }

@@ -46,8 +46,8 @@ test("/metrics serves Prometheus text with the plugin gauge from its provider an
   ];
   const metrics = createMetrics({ plugins: () => plugins });
   const endpoint = await serve(t, { metrics });
-  metrics.observeRegistration("DevicePlugin", "success", 0.002);
-  metrics.observeRegistration("CSIPlugin", "failure", 0, "stale");
+  metrics.observeRegistration("DevicePlugin", 0.002, null);
+  metrics.observeRegistration("CSIPlugin", 0, "stale");
 
   const answer = await get(`${endpoint.url}/metrics`);
   assert.equal(answer.status, 200);

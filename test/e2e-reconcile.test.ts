@@ -81,6 +81,7 @@ test("with --expect met, a stray refused socket is listed with its reason but do
       name: thing.name,
       state: "failed",
       error: `RegisterPlugin error -- no handler registered for plugin type: other.io/Thing at socket ${stray.socketPath}`,
+      reason: "no_handler",
     },
   ]);
   assert.ok(report.durationMs < 10_000, `took ${report.durationMs} ms: the stray made it wait`);

@@ -72,10 +72,10 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   assert.deepEqual(withoutNulls(fromCli), fromApi);
   // Same members in the same order, where the API leaves a field out the CLI says null.
   const pending = fromCli.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
-  assert.deepEqual(Object.keys(pending).slice(0, 11), [
-    "socket", "type", "name", "endpoint", "versions", "state", "attempts", "registeredAt", "error", "discoveredAt", "lastAttemptAt",
+  assert.deepEqual(Object.keys(pending).slice(0, 12), [
+    "socket", "type", "name", "endpoint", "versions", "state", "attempts", "registeredAt", "error", "discoveredAt", "lastAttemptAt", "reason",
   ]);
-  assert.deepEqual([pending.type, pending.name, pending.endpoint, pending.registeredAt, pending.error], [null, null, null, null, null]);
+  assert.deepEqual([pending.type, pending.name, pending.endpoint, pending.registeredAt, pending.error, pending.reason], [null, null, null, null, null, null]);
   const apiPending = fromApi.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
   assert.equal("type" in apiPending, false);
   assert.equal(JSON.stringify(withoutNulls(fromCli)), JSON.stringify(fromApi), "member order too");

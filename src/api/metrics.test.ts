@@ -1,5 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import { ATTEMPT_FAILURES, FAILURE_REASONS } from "../pluginmanager/types.ts";
 import { createMetrics, parseListenAddress, type PluginSample, type ResourceSample } from "./metrics.ts";
 
 /** The value of one series in Prometheus text, or undefined when absent. */
@@ -32,17 +34,16 @@ test("plugin_manager_total_plugins follows the provider at every scrape, as the 
 
 test("registrations, failures by reason and the latency histogram count what they are told", async () => {
   const metrics = createMetrics({ plugins: () => [], processMetrics: false });
-  metrics.observeRegistration("DevicePlugin", "success", 0.003);
-  metrics.observeRegistration("DevicePlugin", "success", 0.02);
-  metrics.observeRegistration("CSIPlugin", "failure", 1, "getinfo");
-  metrics.observeRegistration(null, "failure", 0.0001, "stale");
-  metrics.observeRegistration("CSIPlugin", "failure", 0.5, "dial /x.sock: connection refused");
+  metrics.observeRegistration("DevicePlugin", 0.003, null);
+  metrics.observeRegistration("DevicePlugin", 0.02, null);
+  metrics.observeRegistration("CSIPlugin", 1, "get_info");
+  metrics.observeRegistration(null, 0.0001, "stale");
+  metrics.observeRegistration("CSIPlugin", 0.5, "get_info");
   const text = await metrics.registry.metrics();
   assert.equal(sample(text, 'edgeplug_registrations_total{type="DevicePlugin",result="success"}'), 2);
   assert.equal(sample(text, 'edgeplug_registrations_total{type="CSIPlugin",result="failure"}'), 2);
-  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="CSIPlugin",reason="getinfo"}'), 1);
+  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="CSIPlugin",reason="get_info"}'), 2);
   assert.equal(sample(text, 'edgeplug_registration_failures_total{type="unknown",reason="stale"}'), 1);
-  assert.equal(sample(text, 'edgeplug_registration_failures_total{type="CSIPlugin",reason="other"}'), 1, "a free-text reason is not a label value");
   assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="0.001",type="DevicePlugin"}'), 0);
   assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="0.005",type="DevicePlugin"}'), 1);
   assert.equal(sample(text, 'edgeplug_registration_duration_seconds_bucket{le="10",type="DevicePlugin"}'), 2);
@@ -51,9 +52,24 @@ test("registrations, failures by reason and the latency histogram count what the
   metrics.close();
 });
 
+test("every attempt failure reason is a label of its own, and docs/metrics.md lists exactly that set", async () => {
+  const metrics = createMetrics({ plugins: () => [], processMetrics: false });
+  for (const reason of ATTEMPT_FAILURES) metrics.observeRegistration("acme.io/Sensor", 0, reason);
+  const text = await metrics.registry.metrics();
+  for (const reason of ATTEMPT_FAILURES) {
+    assert.equal(sample(text, `edgeplug_registration_failures_total{type="acme.io/Sensor",reason="${reason}"}`), 1, reason);
+  }
+  metrics.close();
+  const docs = fs.readFileSync(new URL("../../docs/metrics.md", import.meta.url), "utf8");
+  const section = docs.slice(docs.indexOf("### Failure reasons"));
+  const rows = [...section.matchAll(/^\| `([a-z_]+)` \| (yes|no) \|/gm)].map((match) => [match[1]!, match[2]!]);
+  assert.deepEqual(rows.map(([reason]) => reason), [...FAILURE_REASONS], "one row per reason, in the union's order");
+  assert.deepEqual(rows.filter(([, counted]) => counted === "yes").map(([reason]) => reason), [...ATTEMPT_FAILURES]);
+});
+
 test("plugin types past 64 distinct values are counted as 'other'", async () => {
   const metrics = createMetrics({ plugins: () => [], processMetrics: false });
-  for (let i = 0; i < 70; i++) metrics.observeRegistration(`acme.io/t${i}`, "failure", 0, "refused");
+  for (let i = 0; i < 70; i++) metrics.observeRegistration(`acme.io/t${i}`, 0, "no_handler");
   const text = await metrics.registry.metrics();
   assert.equal(sample(text, 'edgeplug_registrations_total{type="acme.io/t63",result="failure"}'), 1);
   assert.equal(sample(text, 'edgeplug_registrations_total{type="acme.io/t64",result="failure"}'), undefined);

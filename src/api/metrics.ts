@@ -10,13 +10,13 @@
  * @example
  * ```ts
  * const metrics = createMetrics({ plugins: () => manager.plugins() });
- * metrics.observeRegistration("DevicePlugin", "success", 0.004);
+ * metrics.observeRegistration("DevicePlugin", 0.004, null);
  * const endpoint = await serveMetricsEndpoint({ address: "127.0.0.1:9478", metrics, health, log });
  * ```
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Logger } from "../log/logger.ts";
-import { PLUGIN_STATES, type PluginRecord } from "../pluginmanager/types.ts";
+import { PLUGIN_STATES, type AttemptFailure, type PluginRecord } from "../pluginmanager/types.ts";
 
 /** What the plugin gauges need of each known socket. */
 export type PluginSample = Pick<PluginRecord, "socket" | "state">;
@@ -71,11 +71,11 @@ export interface AgentMetrics {
   readonly registry: Registry;
   /**
    * Counts one registration attempt of a plugin of `type` (null before GetInfo
-   * answered). A failure is also counted under `reason`, a short fixed word such
-   * as `stale`, `getinfo`, `refused` (never an error message: each distinct value
-   * is a time series). Successful attempts feed the latency histogram.
+   * answered) that took `seconds`: a success when `failure` is null (it feeds
+   * the latency histogram), otherwise a failure counted under that reason,
+   * one of the fixed ATTEMPT_FAILURES, so the series stay bounded.
    */
-  observeRegistration(type: string | null, result: RegistrationResult, seconds: number, reason?: string): void;
+  observeRegistration(type: string | null, seconds: number, failure: AttemptFailure | null): void;
   /** Counts one allocation of devices of an existing `resource`. */
   observeAllocation(resource: string): void;
   /** Counts one checkpoint write (success or failure) and its duration. */
@@ -243,14 +243,11 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
   const registry = sources.processMetrics === false ? own : Registry.merge([own, processRegistry()]);
   return {
     registry,
-    observeRegistration(type, result, seconds, reason) {
+    observeRegistration(type, seconds, failure) {
       const label = typeLabel(type);
-      registrations.inc({ type: label, result });
-      if (result === "failure") {
-        failures.inc({ type: label, reason: reason !== undefined && REASON_PATTERN.test(reason) ? reason : "other" });
-      } else {
-        latency.observe({ type: label }, seconds);
-      }
+      registrations.inc({ type: label, result: failure === null ? "success" : "failure" });
+      if (failure === null) latency.observe({ type: label }, seconds);
+      else failures.inc({ type: label, reason: failure });
     },
     observeAllocation(resource) {
       allocations.inc({ resource });

@@ -30,6 +30,8 @@ export interface FailedSocketJson {
   name: string | null;
   state: string;
   error: string;
+  /** docs/metrics.md, "Failure reasons"; null while a socket is still pending. */
+  reason: string | null;
 }
 
 export interface ReportJson extends StatusJson {
@@ -77,6 +79,7 @@ export function failedSockets(plugins: readonly PluginStatus[]): FailedSocketJso
       name: p.name ?? null,
       state: p.state,
       error: p.error ?? `still ${p.state}`,
+      reason: p.reason ?? null,
     }));
 }
 

@@ -15,7 +15,7 @@ import type {
 } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
-import type { PluginRecord } from "../pluginmanager/types.ts";
+import type { FailureReason, PluginRecord } from "../pluginmanager/types.ts";
 import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {
@@ -30,6 +30,8 @@ export interface PluginJson {
   error: string | null;
   discoveredAt: string | null;
   lastAttemptAt: string | null;
+  /** docs/metrics.md, "Failure reasons"; null exactly when `error` is. */
+  reason: FailureReason | null;
   /** Set by the CSI / DRA handlers (docs/csi-dra.md); null for other plugins. */
   csi: CsiJson | null;
   dra: DraJson | null;
@@ -84,6 +86,7 @@ export function pluginStatusFromRecord(record: PluginRecord, details: PluginDeta
     attempts: record.attempts,
     registeredAt: optionalTimestamp(record.registeredAt),
     error: record.error ?? undefined,
+    reason: record.reason ?? undefined,
     discoveredAt: optionalTimestamp(record.discoveredAt),
     lastAttemptAt: optionalTimestamp(record.lastAttemptAt),
     ...details,

@@ -16,7 +16,7 @@ import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
-import type { PluginRecord } from "../pluginmanager/types.ts";
+import { PERMANENT_FAILURES, type Failure, type PluginRecord } from "../pluginmanager/types.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
 import { printable } from "../log/printable.ts";
@@ -57,7 +57,7 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const unlisted = devices.awaitingFirstList();
   if (unlisted.length > 0) io.log.warn("device plugins sent no device list in time", { plugins: unlisted, timeout: formatDuration(settings.timeoutMs) });
 
-  const unfinished = `not registered within ${formatDuration(settings.timeoutMs)}`;
+  const unfinished: Failure = { reason: "timeout", error: `not registered within ${formatDuration(settings.timeoutMs)}` };
   const plugins = manager.plugins().map((plugin) => finalState(plugin, unfinished));
   const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations() });
   await manager.stop();
@@ -78,23 +78,9 @@ function cannotStart(error: unknown, io: CommandIO, output: "text" | "json"): nu
   return EXIT_CANNOT_START;
 }
 
-/**
- * Refusals that another attempt cannot turn into a registration while the
- * policy and the plugin stay as they are. Until the plugin manager records a
- * typed reason, they are told apart by the refusal's wording (registration.ts
- * and handler-set.ts write these).
- */
-const PERMANENT_REFUSALS = [
-  /no handler registered for plugin type/,
-  /handler \S+ is not available in this build/,
-  /is not accepted from watch directory/,
-  /is (?:denied|not allowed) by handler/,
-  /none of the plugin's versions .* is accepted by handler/,
-  /not in security\.socketOwners/,
-];
-
+/** Refused for a reason retrying cannot fix while the policy and the plugin stay as they are (no handler, policy, owner, invalid info). */
 export function isPermanentRefusal(plugin: PluginRecord): boolean {
-  return plugin.state === "failed" && plugin.error !== null && PERMANENT_REFUSALS.some((pattern) => pattern.test(plugin.error!));
+  return plugin.state === "failed" && plugin.reason !== null && PERMANENT_FAILURES.has(plugin.reason);
 }
 
 /**
@@ -125,9 +111,10 @@ export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: E
 }
 
 /** SPEC.md section 5: at the end of --reconcile-once a plugin that never registered is `failed`. */
-function finalState(plugin: PluginRecord, unfinished: string): PluginRecord {
+function finalState(plugin: PluginRecord, unfinished: Failure): PluginRecord {
   if (plugin.state === "registered" || plugin.state === "failed") return plugin;
-  return { ...plugin, state: "failed", error: plugin.error ?? unfinished };
+  if (plugin.error !== null) return { ...plugin, state: "failed" };
+  return { ...plugin, state: "failed", ...unfinished };
 }
 
 function logOutcome(log: Logger, ok: boolean, unmet: string[], plugins: PluginRecord[]): void {

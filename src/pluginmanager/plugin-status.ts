@@ -8,7 +8,7 @@ import type { Logger } from "../log/logger.ts";
 import type { Clock } from "./operations.ts";
 import type { AttemptOutcome } from "./registration.ts";
 import type { DesiredChange, DesiredSocket } from "./state.ts";
-import type { AttemptState, Failure, FailureReason, PluginChange, PluginRecord } from "./types.ts";
+import type { AttemptFailure, AttemptState, Failure, PluginChange, PluginRecord } from "./types.ts";
 
 /** One attempt that ended (aborted ones are not reported), for metrics. */
 export interface AttemptReport {
@@ -17,7 +17,8 @@ export interface AttemptReport {
   name: string | null;
   state: Exclude<AttemptState, "aborted">;
   durationMs: number;
-  reason: FailureReason | null;
+  /** null exactly when it registered. */
+  reason: AttemptFailure | null;
   error: string | null;
 }
 

@@ -13,7 +13,7 @@ import { registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, inodeOf } from "./state.ts";
 import type { DesiredSocket } from "./state.ts";
-import type { PluginHandler, PluginRegistration } from "./types.ts";
+import type { AttemptFailure, PluginHandler, PluginRegistration } from "./types.ts";
 
 const log = createLogger({ level: "error", format: "text" });
 
@@ -106,7 +106,7 @@ test("a stale socket (its plugin was killed) is reported stale once 100 ms have 
   const justFound = desired(socket);
   const outcome = await registerPlugin(justFound, ctx, signal());
   const elapsed = Date.now() - justFound.discoveredAt.getTime();
-  assert.equal(outcome.state, "stale");
+  assert.deepEqual([outcome.state, outcome.reason], ["stale", "stale"]);
   assert.match(outcome.error!, /connection refused/);
   assert.ok(elapsed >= 100, `stale ${elapsed} ms after discovery: it may still be between bind() and listen() until 100 ms`);
   assert.ok(elapsed < 1000, `stale ${elapsed} ms after discovery: the grace ends at 100 ms, not at the 5 s dial timeout`);
@@ -137,7 +137,7 @@ test("a socket that accepts and answers garbage is failed, not stale", async (t)
   const garbage = await startGarbageListener(socket);
   t.after(() => garbage.close());
   const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler), signal());
-  assert.equal(outcome.state, "failed");
+  assert.deepEqual([outcome.state, outcome.reason], ["failed", "get_info"]);
   assert.match(outcome.error!, /^RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket /);
 });
 
@@ -156,22 +156,22 @@ test("a plugin answering GetInfo with a gRPC error is told why it was not regist
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 1 });
   const ctx = context(dir, recordingHandler().handler);
   const outcome = await registerPlugin(desired(socket), ctx, signal());
-  assert.equal(outcome.state, "failed");
+  assert.deepEqual([outcome.state, outcome.reason], ["failed", "get_info"]);
   assert.match(outcome.error!, /plugin not ready yet/);
   assert.equal((await fake.waitForNotify()).registered, false);
   assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered", "the retry succeeds");
 });
 
-const refusals: [string, FakePluginOptions["info"], Partial<TestPolicyOptions>, (socket: string, dir: string) => string][] = [
-  ["an undeclared type", { type: "acme.io/Unknown", name: "x" }, {}, (socket) => `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${socket}`],
-  ["a built-in type not in this build", { type: "DevicePlugin", name: "acme.io/gpu", versions: ["v1beta1"] }, {}, () => "handler DevicePlugin is not available in this build"],
-  ["a type its directory does not accept", sensor(), { watch: [] }, (_socket, dir) => `plugin type acme.io/Sensor is not accepted from watch directory ${dir} (types ["DevicePlugin"])`],
-  ["a name outside allow", sensor("other.io/x"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"] } } }, () => `plugin name other.io/x is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`],
-  ["a denied name (deny wins over allow)", sensor("acme.io/beta"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*beta"] } } }, () => `plugin name acme.io/beta is denied by handler acme.io/Sensor (deny "*beta")`],
-  ["versions the policy does not accept", { ...sensor(), versions: ["v2", "v3"] }, { handlers: { "acme.io/Sensor": { versions: ["v1"] } } }, () => `none of the plugin's versions ["v2","v3"] is accepted by handler acme.io/Sensor (versions ["v1"])`],
+const refusals: [string, FakePluginOptions["info"], Partial<TestPolicyOptions>, AttemptFailure, (socket: string, dir: string) => string][] = [
+  ["an undeclared type", { type: "acme.io/Unknown", name: "x" }, {}, "no_handler", (socket) => `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${socket}`],
+  ["a built-in type not in this build", { type: "DevicePlugin", name: "acme.io/gpu", versions: ["v1beta1"] }, {}, "handler_unavailable", () => "handler DevicePlugin is not available in this build"],
+  ["a type its directory does not accept", sensor(), { watch: [] }, "policy", (_socket, dir) => `plugin type acme.io/Sensor is not accepted from watch directory ${dir} (types ["DevicePlugin"])`],
+  ["a name outside allow", sensor("other.io/x"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"] } } }, "policy", () => `plugin name other.io/x is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`],
+  ["a denied name (deny wins over allow)", sensor("acme.io/beta"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*beta"] } } }, "policy", () => `plugin name acme.io/beta is denied by handler acme.io/Sensor (deny "*beta")`],
+  ["versions the policy does not accept", { ...sensor(), versions: ["v2", "v3"] }, { handlers: { "acme.io/Sensor": { versions: ["v1"] } } }, "policy", () => `none of the plugin's versions ["v2","v3"] is accepted by handler acme.io/Sensor (versions ["v1"])`],
 ];
 
-for (const [what, info, policy, message] of refusals) {
+for (const [what, info, policy, reason, message] of refusals) {
   test(`refused after GetInfo: ${what}; the plugin is told why`, async (t) => {
     const dir = tempDir(t);
     const socket = path.join(dir, "p.sock");
@@ -180,7 +180,7 @@ for (const [what, info, policy, message] of refusals) {
     const options = policy.watch ? { ...policy, watch: [{ path: dir, types: ["DevicePlugin"] }] } : policy;
     const ctx = context(dir, handler, options);
     const outcome = await registerPlugin(desired(socket), ctx, signal());
-    assert.equal(outcome.state, "failed");
+    assert.deepEqual([outcome.state, outcome.reason], ["failed", reason]);
     assert.equal(outcome.error, message(socket, dir));
     assert.deepEqual(fake.notifications().map((n) => [n.registered, n.error]), [[false, message(socket, dir)]]);
     assert.deepEqual(calls, [], "the handler was not asked");
@@ -209,11 +209,11 @@ test("maxPlugins: a slot is reserved before validation and released when validat
   const first = registerPlugin(desired(socketA), ctx, signal());
   await started;
   const second = await registerPlugin(desired(socketB), ctx, signal());
-  assert.deepEqual([second.state, second.error], ["failed", "maxPlugins limit of 1 reached"]);
+  assert.deepEqual([second.state, second.reason, second.error], ["failed", "max_plugins", "maxPlugins limit of 1 reached"]);
   assert.equal((await fakeB.waitForNotify()).error, "maxPlugins limit of 1 reached");
   releaseValidation();
   const firstOutcome = await first;
-  assert.equal(firstOutcome.error, "RegisterPlugin error -- plugin validation failed with err: device busy");
+  assert.deepEqual([firstOutcome.reason, firstOutcome.error], ["validation", "RegisterPlugin error -- plugin validation failed with err: device busy"]);
   assert.notEqual(ctx.asw.reserveSlot(1), null, "the failed validation released its slot");
 });
 
@@ -229,7 +229,7 @@ test("a failing RegisterPlugin leaves nothing registered, tells the plugin, and 
   });
   const ctx = context(dir, handler);
   const outcome = await registerPlugin(desired(socket), ctx, signal());
-  assert.equal(outcome.error, "RegisterPlugin error -- plugin registration failed with err: apiserver unreachable");
+  assert.deepEqual([outcome.reason, outcome.error], ["register", "RegisterPlugin error -- plugin registration failed with err: apiserver unreachable"]);
   assert.equal(ctx.asw.size, 0);
   assert.deepEqual(fake.notifications().map((n) => n.registered), [false]);
   fail = false;
@@ -249,6 +249,38 @@ test("when the connection dropped before NotifyRegistrationStatus, the plugin is
   });
   const outcome = await registerPlugin(desired(socket), context(dir, handler), signal());
   assert.equal(outcome.state, "registered");
+  assert.deepEqual(fake.notifications().map((n) => n.registered), [true]);
+});
+
+test("a socket gone, replaced or no longer a socket when its attempt starts is socket_missing, and is not dialled", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "p.sock");
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
+  const ctx = context(dir, recordingHandler().handler);
+  const replaced = { ...desired(socket), inode: "0:0:0" };
+  const gone = { ...desired(socket), socket: path.join(dir, "gone.sock") };
+  const file = path.join(dir, "file");
+  fs.writeFileSync(file, "");
+  const notSocket = { ...desired(socket), socket: file };
+  const outcomes = await Promise.all([replaced, gone, notSocket].map((entry) => registerPlugin(entry, ctx, signal())));
+  assert.deepEqual(outcomes.map((outcome) => [outcome.state, outcome.reason]), [["failed", "socket_missing"], ["failed", "socket_missing"], ["failed", "socket_missing"]]);
+  assert.match(outcomes[0]!.error!, /re-created during registration/);
+  assert.match(outcomes[1]!.error!, /no longer exists/);
+  assert.match(outcomes[2]!.error!, /is not a unix socket/);
+  assert.equal(fake.getInfoCalls(), 0);
+});
+
+test("a plugin that cannot take NotifyRegistrationStatus(true) is failed with notify and left unregistered", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "p.sock");
+  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failNotify: true });
+  const { handler, calls } = recordingHandler();
+  const ctx = context(dir, handler);
+  const outcome = await registerPlugin(desired(socket), ctx, signal());
+  assert.deepEqual([outcome.state, outcome.reason], ["failed", "notify"]);
+  assert.match(outcome.error!, /failed to send registration status at socket .*cannot take a notification/);
+  assert.equal(ctx.asw.size, 0);
+  assert.deepEqual(calls, ["validate acme.io/temp", "register acme.io/temp", "deregister acme.io/temp"]);
   assert.deepEqual(fake.notifications().map((n) => n.registered), [true]);
 });
 

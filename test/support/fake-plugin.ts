@@ -20,6 +20,8 @@ export interface FakePluginOptions {
   hangGetInfo?: boolean;
   /** The first N GetInfo calls fail with UNAVAILABLE. */
   failGetInfoTimes?: number;
+  /** Every NotifyRegistrationStatus fails with INTERNAL (it is still recorded). */
+  failNotify?: boolean;
   /**
    * The socket file is bound at once but listens only this much later, as
    * a plugin between bind() and listen(): connections meanwhile are refused.
@@ -77,7 +79,8 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
     },
     NotifyRegistrationStatus(call: grpc.ServerUnaryCall<{ plugin_registered?: boolean; error?: string }, unknown>, callback: grpc.sendUnaryData<unknown>) {
       notifications.push({ registered: call.request.plugin_registered ?? false, error: call.request.error ?? "", at: performance.now() });
-      callback(null, {});
+      if (options.failNotify) callback({ code: grpc.status.INTERNAL, details: "cannot take a notification" });
+      else callback(null, {});
       events.emit("change");
     },
   });
