@@ -22,7 +22,7 @@ import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { entryDeviceIds, PodDevices, type RestoreResult } from "./pod-devices.ts";
-import { ResourceTable } from "./resources.ts";
+import { ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
@@ -166,6 +166,11 @@ export class DeviceManager {
 
   allocations(owner?: string): AllocationStatus[] {
     return (owner === undefined ? [...this.#pods.entries()] : this.#pods.ownerEntries(owner)).map(allocationStatus);
+  }
+
+  /** Every resource's state, read-only use (the pod-resources API reads healthy devices and their NUMA nodes). */
+  resourceStates(): readonly ResourceState[] {
+    return this.#resources.all();
   }
 
   /** The pod-devices store, read-only use (pod-resources API). */
