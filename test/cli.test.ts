@@ -13,8 +13,6 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import packageJson from "../package.json" with { type: "json" };
 import { COMMANDS } from "../src/cli/cli.ts";
-import * as notImplemented from "../src/cli/not-implemented.ts";
-import type { Command } from "../src/cli/command.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const mainScript = path.join(repoRoot, "src", "main.ts");
@@ -130,20 +128,6 @@ test("version --verbose says it is not the single executable when run from sourc
   assert.ok(rest.includes("sea: false"), result.stdout);
   assert.ok(rest.includes(`executable: ${process.execPath}`), result.stdout);
   assert.ok(rest.some((line) => line.startsWith("default policy: /etc/edgeplug/policy.yaml")), result.stdout);
-});
-
-test("commands that have not landed answer 'not implemented yet' with exit 2", { concurrency: true }, async (t) => {
-  const stubs = new Set<Command>(Object.values(notImplemented));
-  const pending: string[] = [];
-  for (const [name, load] of Object.entries(COMMANDS)) if (stubs.has(await load())) pending.push(name);
-  await Promise.all(pending.map((name) =>
-    t.test(name, async () => {
-      const result = await edgeplug(name);
-      assert.equal(result.code, 2);
-      assert.equal(result.stderr, `edgeplug ${name}: not implemented yet\n`);
-      assert.equal(result.stdout, "");
-    }),
-  ));
 });
 
 test("validate prints ok for every policy in config/", { concurrency: true }, async (t) => {
