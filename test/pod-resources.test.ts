@@ -18,7 +18,7 @@ import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
-import { podResourcesV1, serviceOf } from "./support/kubelet-protos.ts";
+import { deviceRows as rows, podResourcesClient, podRows as pods } from "./support/pod-resources-client.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
@@ -33,27 +33,6 @@ const gpus: TestDevice[] = [
   { ID: "gpu2", health: "Healthy" },
   { ID: "gpu3", health: "Unhealthy", topology: numa(0) },
 ];
-
-/** A ContainerDevices as grpc-js decodes it, reduced to [resource, ids, NUMA nodes or null]. */
-type Row = [string, string[], string[] | null];
-interface WireDevices {
-  resource_name: string;
-  device_ids?: string[];
-  topology?: { nodes?: { ID?: string }[] };
-}
-// proto3 does not send a NUMA node ID of 0, and grpc-js (with defaults: false) leaves it out.
-const rows = (devices: WireDevices[] | undefined): Row[] =>
-  (devices ?? []).map((d) => [d.resource_name, d.device_ids ?? [], d.topology ? (d.topology.nodes ?? []).map((n) => n.ID ?? "0") : null]);
-
-interface WirePod {
-  name: string;
-  namespace: string;
-  containers?: { name: string; devices?: WireDevices[]; cpu_ids?: string[]; memory?: unknown[] }[];
-  cpu_ids?: string[];
-  memory?: unknown[];
-}
-const pods = (list: WirePod[] | undefined) =>
-  (list ?? []).map((pod) => [pod.name, pod.namespace, (pod.containers ?? []).map((c) => [c.name, rows(c.devices)])]);
 
 async function startAgent(t: TestContext) {
   const dir = tempDir(t);
@@ -75,24 +54,17 @@ async function startAgent(t: TestContext) {
 
   const channel = dialUnix(policy.api.socket!);
   t.after(() => channel.close());
-  const Lister = serviceOf(podResourcesV1(), "PodResourcesLister");
-  const lister = new Lister(`unix:${policy.api.socket}`, grpc.credentials.createInsecure());
-  t.after(() => lister.close());
-  type UnaryMethod = (request: object, callback: (error: grpc.ServiceError | null, answer: unknown) => void) => void;
-  const call = <T>(method: "List" | "Get" | "GetAllocatableResources", request: object) =>
-    new Promise<T>((resolve, reject) =>
-      (lister[method] as UnaryMethod).call(lister, request, (error, answer) => (error ? reject(error) : resolve(answer as T))),
-    );
-  return { agent, gpu, policy, api: createClient(Agent, channel.transport), call };
+  const lister = podResourcesClient(t, policy.api.socket!);
+  return { agent, gpu, policy, api: createClient(Agent, channel.transport), lister };
 }
 
 test("List and Get: each owner is a pod in namespace edgeplug; a device on NUMA nodes 0 and 1 is reported under both; the same device ID of another resource belongs to another pod", async (t) => {
-  const { api, call } = await startAgent(t);
+  const { api, lister } = await startAgent(t);
   await api.allocate({ owner: "job-a", resources: [{ resource: GPU, count: 2 }] });
   await api.allocate({ owner: "job-b", container: "sidecar", resources: [{ resource: NIC, count: 1 }] });
   await api.allocate({ owner: "job-a", container: "init", resources: [{ resource: GPU, count: 1 }] });
 
-  const listed = await call<{ pod_resources?: WirePod[] }>("List", {});
+  const listed = await lister.list();
   // gpu0 and gpu1 share NUMA node 1, the node that can hold the request alone; gpu2 has no topology.
   assert.deepEqual(pods(listed.pod_resources), [
     ["job-a", "edgeplug", [
@@ -107,29 +79,29 @@ test("List and Get: each owner is a pod in namespace edgeplug; a device on NUMA 
     for (const container of pod.containers ?? []) assert.deepEqual([container.cpu_ids ?? [], container.memory ?? []], [[], []]);
   }
 
-  const got = await call<{ pod_resources?: WirePod }>("Get", { pod_name: "job-b", pod_namespace: "edgeplug" });
+  const got = await lister.get("job-b", "edgeplug");
   assert.deepEqual(pods([got.pod_resources!]), [["job-b", "edgeplug", [["sidecar", [[NIC, ["gpu0"], null]]]]]]);
 });
 
 test("Get of an unknown pod, or of an owner in another namespace, fails with the kubelet's text; a released owner leaves List", async (t) => {
-  const { api, call } = await startAgent(t);
+  const { api, lister } = await startAgent(t);
   await api.allocate({ owner: "job-a", resources: [{ resource: NIC, count: 1 }] });
   for (const [name, namespace] of [["nobody", "edgeplug"], ["job-a", "default"], ["job-a", ""]] as const) {
-    await assert.rejects(call("Get", { pod_name: name, pod_namespace: namespace }), (error: grpc.ServiceError) => {
+    await assert.rejects(lister.get(name, namespace), (error: grpc.ServiceError) => {
       assert.equal(error.code, grpc.status.UNKNOWN);
       assert.equal(error.details, `pod ${name} in namespace ${namespace} not found`);
       return true;
     });
   }
   await api.release({ owner: "job-a" });
-  assert.deepEqual(pods((await call<{ pod_resources?: WirePod[] }>("List", {})).pod_resources), []);
-  await assert.rejects(call("Get", { pod_name: "job-a", pod_namespace: "edgeplug" }), /pod job-a in namespace edgeplug not found/);
+  assert.deepEqual(pods((await lister.list()).pod_resources), []);
+  await assert.rejects(lister.get("job-a", "edgeplug"), /pod job-a in namespace edgeplug not found/);
 });
 
 test("GetAllocatableResources: healthy devices of every resource with their NUMA nodes, allocated ones included; a device that turns healthy joins", async (t) => {
-  const { agent, api, gpu, call } = await startAgent(t);
+  const { agent, api, gpu, lister } = await startAgent(t);
   await api.allocate({ owner: "job-a", resources: [{ resource: GPU, count: 1 }] });
-  const allocatable = async () => rows((await call<{ devices?: WireDevices[] }>("GetAllocatableResources", {})).devices);
+  const allocatable = async () => rows((await lister.allocatable()).devices);
   assert.deepEqual(await allocatable(), [
     [GPU, ["gpu0"], ["0"]],
     [GPU, ["gpu0"], ["1"]],

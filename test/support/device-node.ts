@@ -1,0 +1,72 @@
+/**
+ * An edgeplug node for end-to-end tests of device plugins: a policy under a
+ * fresh temp dir with both registration paths (a watched directory and
+ * kubelet.sock in a device-plugins directory) and a checkpoint, and the
+ * built executable run on it.
+ */
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import type { TestContext } from "node:test";
+import type { StatusJson } from "../../src/api/status.ts";
+import { runEdgeplug, startEdgeplug, type AgentProcess } from "./agent-process.ts";
+import { tempDir } from "./temp-dir.ts";
+
+export interface DeviceNode {
+  dir: string;
+  policy: string;
+  registry: string;
+  pluginsDir: string;
+  apiSocket: string;
+}
+
+/** A policy for an agent under a fresh temp dir with both device-plugin registration paths and a checkpoint. */
+export function deviceNode(t: TestContext): DeviceNode {
+  const dir = tempDir(t);
+  const node = {
+    dir,
+    policy: path.join(dir, "policy.yaml"),
+    registry: path.join(dir, "registry"),
+    pluginsDir: path.join(dir, "dp"),
+    apiSocket: path.join(dir, "api.sock"),
+  };
+  fs.writeFileSync(
+    node.policy,
+    [
+      "version: 1",
+      "nodeName: e2e-node",
+      "watch:",
+      `  - path: ${node.registry}`,
+      "handlers:",
+      "  DevicePlugin: {}",
+      "devicePlugins:",
+      `  registrationSocket: ${path.join(node.pluginsDir, "kubelet.sock")}`,
+      "  gracePeriod: 5m",
+      "checkpoint:",
+      `  path: ${path.join(node.pluginsDir, "kubelet_internal_checkpoint")}`,
+      "reconcile:",
+      "  backoff: { initial: 50ms, max: 500ms }",
+      "api:",
+      `  socket: ${node.apiSocket}`,
+      "  metrics: null",
+      "log: { level: info, format: json }",
+      "",
+    ].join("\n"),
+  );
+  return node;
+}
+
+/** Starts `dist/edgeplug run` on the node's policy; resolves once it runs. Killed after the test. */
+export async function startAgent(t: TestContext, node: DeviceNode): Promise<AgentProcess> {
+  const agent = startEdgeplug(["run", "--config", node.policy]);
+  t.after(() => agent.child.kill("SIGKILL"));
+  await agent.waitForLog("edgeplug running");
+  return agent;
+}
+
+/** `edgeplug status --output json`, whatever the verdict. */
+export async function statusJson(apiSocket: string): Promise<StatusJson> {
+  const result = await runEdgeplug(["status", "--api", apiSocket, "--output", "json", "--exit-zero"]);
+  assert.equal(result.code, 0, result.stderr);
+  return JSON.parse(result.stdout) as StatusJson;
+}
