@@ -47,7 +47,8 @@ const watchedDir = flags["watched-dir"];
 const socketDir = watchedDir ?? flags.dir;
 const kubeletSocket = path.join(flags.dir, "kubelet.sock");
 const numaNodes = Number(flags["numa-nodes"]);
-const widgetIds = Array.from({ length: Number(flags.devices) }, (_, i) => `widget${i}`);
+// Devices are named after the resource: example.io/widget has widget0, widget1, ...
+const widgetIds = Array.from({ length: Number(flags.devices) }, (_, i) => `${resource.slice(resource.lastIndexOf("/") + 1)}${i}`);
 const nodeOf = (id: string): number | null => (numaNodes > 0 ? widgetIds.indexOf(id) % numaNodes : null);
 const options = { pre_start_required: !flags["no-pre-start"], get_preferred_allocation_available: !flags["no-preferred"] };
 

@@ -34,8 +34,8 @@ test("watched directory: the sample plugin registers, moves to a new socket when
   const allocated = await runEdgeplug(["allocate", "--owner", "job-1", "--container", "worker", `${GADGET}=1`, "--api", node.apiSocket, "--output", "json"]);
   assert.equal(allocated.code, 0, allocated.stderr);
   const answer = JSON.parse(allocated.stdout) as { allocations: { container: string; devices: string[]; response: { devices: { containerPath: string }[] } }[] };
-  assert.deepEqual(answer.allocations.map((a) => [a.container, a.devices, a.response.devices.map((d) => d.containerPath)]), [["worker", ["widget0"], ["/dev/widget0"]]]);
-  await plugin.waitForLine(/^PreStartContainer: widget0$/);
+  assert.deepEqual(answer.allocations.map((a) => [a.container, a.devices, a.response.devices.map((d) => d.containerPath)]), [["worker", ["gadget0"], ["/dev/gadget0"]]]);
+  await plugin.waitForLine(/^PreStartContainer: gadget0$/);
 
   // Its socket deleted (as the kubelet's cleanup at start does): the agent deregisters it, the plugin serves a new socket.
   let mark = plugin.lines().length;
@@ -53,9 +53,9 @@ test("watched directory: the sample plugin registers, moves to a new socket when
   await agent.until("the resource disconnected", () => gadget()?.connected === false);
   const after = agent.view.events.slice(before);
   assert.ok(after.some((e) => e.kind.case === "plugin" && e.kind.value.plugin?.state === "stale"), "a plugin event says stale");
-  assert.ok(after.some((e) => e.kind.case === "resource" && e.kind.value.resource?.unhealthy.join() === "widget0,widget1"), "a resource event has every device unhealthy");
+  assert.ok(after.some((e) => e.kind.case === "resource" && e.kind.value.resource?.unhealthy.join() === "gadget0,gadget1"), "a resource event has every device unhealthy");
   assert.ok(fs.existsSync(second), "the agent never removes a plugin's socket");
   const status = await statusJson(node.apiSocket);
   assert.equal(status.ok, false);
-  assert.deepEqual(status.allocations.map((a) => [a.owner, a.container, a.devices]), [["job-1", "worker", ["widget0"]]]);
+  assert.deepEqual(status.allocations.map((a) => [a.owner, a.container, a.devices]), [["job-1", "worker", ["gadget0"]]]);
 });

@@ -1,0 +1,67 @@
+/**
+ * End to end on dist/edgeplug: the agent restarts under two running sample
+ * device plugins (examples/device-plugin.ts, one per registration path).
+ * The allocations come back from the checkpoint, the plugins register again
+ * (the kubelet.sock one on a new socket, having seen kubelet.sock
+ * re-created), and devices held before the restart stay held.
+ */
+import assert from "node:assert/strict";
+import * as path from "node:path";
+import { test } from "node:test";
+import { runEdgeplug } from "./support/agent-process.ts";
+import { watchAgent } from "./support/agent-events.ts";
+import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
+import { startExample } from "./support/example-process.ts";
+import { podResourcesClient, podRows } from "./support/pod-resources-client.ts";
+
+const WIDGET = "example.io/widget";
+const GADGET = "example.io/gadget";
+
+test("after the agent restarts, allocations are still there and both plugins are back", async (t) => {
+  const node = deviceNode(t);
+  let agentProcess = await startAgent(t, node);
+  let agent = await watchAgent(t, node.apiSocket);
+  const widgets = startExample(t, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "4", "--numa-nodes", "2"]);
+  const gadgets = startExample(t, "device-plugin.ts", ["--watched-dir", node.registry, "--resource", GADGET, "--devices", "2", "--numa-nodes", "0"]);
+  const firstSocket = (await widgets.waitForLine(/^serving /)).slice("serving ".length);
+  await agent.until("both resources healthy", (view) => view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.healthy.length === 2);
+  for (const [owner, container, request] of [["job-1", "main", `${WIDGET}=2`], ["job-2", "side", `${GADGET}=1`]] as const) {
+    const result = await runEdgeplug(["allocate", "--owner", owner, "--container", container, request, "--api", node.apiSocket]);
+    assert.equal(result.code, 0, result.stderr);
+  }
+  const before = (await statusJson(node.apiSocket)).allocations;
+  assert.deepEqual(before.map((a) => [a.owner, a.container, a.resource, a.devices]), [
+    ["job-1", "main", WIDGET, ["widget0", "widget2"]],
+    ["job-2", "side", GADGET, ["gadget0"]],
+  ]);
+
+  agentProcess.child.kill("SIGTERM");
+  assert.equal((await agentProcess.exited).code, 0, agentProcess.stderr());
+  const verified = await runEdgeplug(["checkpoint", "verify", path.join(node.pluginsDir, "kubelet_internal_checkpoint"), "--output", "json"]);
+  assert.equal(verified.code, 0, verified.stderr);
+  assert.match(verified.stdout, /"job-1"[\s\S]*"job-2"/);
+
+  const mark = widgets.lines().length;
+  agentProcess = await startAgent(t, node);
+  agent = await watchAgent(t, node.apiSocket);
+  assert.deepEqual([...agent.view.allocations.keys()].sort(), ["job-1", "job-2"], "the snapshot after the restart already has the allocations");
+  await widgets.waitForLine(/kubelet\.sock was re-created: registering again with a new socket$/, { from: mark });
+  const secondSocket = (await widgets.waitForLine(/^serving /, { from: mark })).slice("serving ".length);
+  assert.notEqual(secondSocket, firstSocket);
+  await agent.until("both resources connected again", (view) =>
+    view.resources.get(WIDGET)?.sockets.join() === secondSocket && view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.connected === true,
+  );
+  const after = await statusJson(node.apiSocket);
+  assert.deepEqual(after.allocations, before);
+  const lister = podResourcesClient(t, node.apiSocket);
+  assert.deepEqual(podRows((await lister.list()).pod_resources).map(([name, , containers]) => [name, containers.map(([c]) => c)]), [["job-1", ["main"]], ["job-2", ["side"]]]);
+
+  // Devices held before the restart stay held: a new request gets the others.
+  const more = await runEdgeplug(["allocate", "--owner", "job-3", `${WIDGET}=2`, "--api", node.apiSocket, "--output", "json"]);
+  assert.equal(more.code, 0, more.stderr);
+  assert.deepEqual((JSON.parse(more.stdout) as { allocations: { devices: string[] }[] }).allocations[0]?.devices.sort(), ["widget1", "widget3"]);
+  const released = await runEdgeplug(["release", "--owner", "job-1", "--api", node.apiSocket]);
+  assert.deepEqual([released.code, released.stdout], [0, `released job-1 container main: ${WIDGET} widget0, widget2\n`]);
+  assert.equal(await gadgets.stop("SIGTERM"), 0);
+  assert.equal(await widgets.stop("SIGTERM"), 0);
+});
