@@ -8,9 +8,10 @@
 import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
-import { runEdgeplug, startDaemon } from "./support/agent-process.ts";
+import { runEdgeplug } from "./support/agent-process.ts";
 import { startFakeDevicePlugin, type TestDevice } from "./support/fake-device-plugin.ts";
 import { watchAgent } from "./support/agent-events.ts";
+import { deviceNode, startAgent } from "./support/device-node.ts";
 
 const GPU = "acme.io/gpu";
 
@@ -55,10 +56,11 @@ test("an agent that is not there: exit 1 saying so", async () => {
 });
 
 test("allocate prints the plugin's answer, refusals exit 1 with the kubelet's text, release frees the devices", async (t) => {
-  const { policy } = await startDaemon(t);
+  const node = deviceNode(t);
+  await startAgent(node);
   const devices: TestDevice[] = ["gpu0", "gpu1", "gpu2"].map((ID) => ({ ID, health: "Healthy" }));
   const plugin = await startFakeDevicePlugin({
-    socketPath: path.join(policy.registry, "gpu.sock"),
+    socketPath: path.join(node.registry, "gpu.sock"),
     devices,
     watchedAs: { name: GPU },
     preStartRequired: true,
@@ -72,10 +74,10 @@ test("allocate prints the plugin's answer, refusals exit 1 with the kubelet's te
       cdi_devices: ids.map((id) => ({ name: `acme.io/gpu=${id}` })),
     }),
   });
-  t.after(() => plugin.stop());
-  const agent = await watchAgent(t, policy.apiSocket);
+  node.after(() => plugin.stop());
+  const agent = await watchAgent(node, node.apiSocket);
   await agent.until("3 healthy devices", (view) => view.resources.get(GPU)?.healthy.length === 3);
-  const api = ["--api", policy.apiSocket];
+  const api = ["--api", node.apiSocket];
   const first = await runEdgeplug(["allocate", "--owner", "job-1", `${GPU}=2`, ...api]);
   assert.equal(first.code, 0, first.stderr);
   assert.equal(
@@ -106,7 +108,7 @@ test("allocate prints the plugin's answer, refusals exit 1 with the kubelet's te
   const over = await runEdgeplug(["allocate", "--owner", "job-2", "--container", "side", `${GPU}=2`, ...api]);
   assert.deepEqual([over.code, over.stdout], [1, ""]);
   assert.equal(over.stderr, `edgeplug allocate: refused: requested number of devices unavailable for ${GPU}. Requested: 2, Available: 1\n`);
-  const unknown = await runEdgeplug(["allocate", "--owner", "job-2", "acme.io/none=1", "--config", policy.path]);
+  const unknown = await runEdgeplug(["allocate", "--owner", "job-2", "acme.io/none=1", "--config", node.policy]);
   assert.equal(unknown.code, 1);
   assert.equal(unknown.stderr, "edgeplug allocate: refused: cannot allocate unregistered device acme.io/none\n");
   const changed = await runEdgeplug(["allocate", "--owner", "job-1", `${GPU}=1`, ...api]);

@@ -19,10 +19,10 @@ const GADGET = "example.io/gadget";
 
 test("after the agent restarts, allocations are still there and both plugins are back", async (t) => {
   const node = deviceNode(t);
-  let agentProcess = await startAgent(t, node);
-  let agent = await watchAgent(t, node.apiSocket);
-  const widgets = startExample(t, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "4", "--numa-nodes", "2"]);
-  const gadgets = startExample(t, "device-plugin.ts", ["--watched-dir", node.registry, "--resource", GADGET, "--devices", "2", "--numa-nodes", "0"]);
+  let agentProcess = await startAgent(node);
+  let agent = await watchAgent(node, node.apiSocket);
+  const widgets = startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "4", "--numa-nodes", "2"]);
+  const gadgets = startExample(node, "device-plugin.ts", ["--watched-dir", node.registry, "--resource", GADGET, "--devices", "2", "--numa-nodes", "0"]);
   const firstSocket = (await widgets.waitForLine(/^serving /)).slice("serving ".length);
   await agent.until("both resources healthy", (view) => view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.healthy.length === 2);
   for (const [owner, container, request] of [["job-1", "main", `${WIDGET}=2`], ["job-2", "side", `${GADGET}=1`]] as const) {
@@ -42,8 +42,8 @@ test("after the agent restarts, allocations are still there and both plugins are
   assert.match(verified.stdout, /"job-1"[\s\S]*"job-2"/);
 
   const mark = widgets.lines().length;
-  agentProcess = await startAgent(t, node);
-  agent = await watchAgent(t, node.apiSocket);
+  agentProcess = await startAgent(node);
+  agent = await watchAgent(node, node.apiSocket);
   assert.deepEqual([...agent.view.allocations.keys()].sort(), ["job-1", "job-2"], "the snapshot after the restart already has the allocations");
   await widgets.waitForLine(/kubelet\.sock was re-created: registering again with a new socket$/, { from: mark });
   const secondSocket = (await widgets.waitForLine(/^serving /, { from: mark })).slice("serving ".length);
@@ -53,7 +53,7 @@ test("after the agent restarts, allocations are still there and both plugins are
   );
   const after = await statusJson(node.apiSocket);
   assert.deepEqual(after.allocations, before);
-  const lister = podResourcesClient(t, node.apiSocket);
+  const lister = podResourcesClient(node, node.apiSocket);
   assert.deepEqual(podRows((await lister.list()).pod_resources).map(([name, , containers]) => [name, containers.map(([c]) => c)]), [["job-1", ["main"]], ["job-2", ["side"]]]);
 
   // Devices held before the restart stay held: a new request gets the others.

@@ -19,9 +19,9 @@ const GADGET = "example.io/gadget";
 
 test("watched directory: the sample plugin registers, moves to a new socket when its socket is deleted, and a kill -9 shows at once", async (t) => {
   const node = deviceNode(t);
-  await startAgent(t, node);
-  const agent = await watchAgent(t, node.apiSocket);
-  const plugin = startExample(t, "device-plugin.ts", ["--watched-dir", node.registry, "--resource", GADGET, "--devices", "2", "--numa-nodes", "0"]);
+  await startAgent(node);
+  const agent = await watchAgent(node, node.apiSocket);
+  const plugin = startExample(node, "device-plugin.ts", ["--watched-dir", node.registry, "--resource", GADGET, "--devices", "2", "--numa-nodes", "0"]);
   const first = (await plugin.waitForLine(/^serving /)).slice("serving ".length);
   assert.equal(path.dirname(first), node.registry);
   await plugin.waitForLine(/^registered$/);

@@ -21,11 +21,11 @@ const WIDGET = "example.io/widget";
 
 test("kubelet.sock: the sample plugin registers with a relative endpoint; health, allocation, pod-resources, a restart on a new socket and a kill -9", async (t) => {
   const node = deviceNode(t);
-  await startAgent(t, node);
-  const agent = await watchAgent(t, node.apiSocket);
+  await startAgent(node);
+  const agent = await watchAgent(node, node.apiSocket);
   const unhealthyFile = path.join(node.dir, "unhealthy");
   const pluginArgs = ["--dir", node.pluginsDir, "--devices", "4", "--numa-nodes", "2", "--unhealthy-file", unhealthyFile];
-  let plugin = startExample(t, "device-plugin.ts", pluginArgs);
+  let plugin = startExample(node, "device-plugin.ts", pluginArgs);
   const serving = (await plugin.waitForLine(/^serving /)).slice("serving ".length);
   assert.equal(path.dirname(serving), node.pluginsDir);
   await plugin.waitForLine(/^registered$/);
@@ -57,14 +57,14 @@ test("kubelet.sock: the sample plugin registers with a relative endpoint; health
   await plugin.waitForLine(/^PreStartContainer: widget0,widget2$/, { from: mark });
 
   // The pod-resources API, as a kubelet monitoring agent reads it.
-  const lister = podResourcesClient(t, node.apiSocket);
+  const lister = podResourcesClient(node, node.apiSocket);
   assert.deepEqual(podRows((await lister.list()).pod_resources), [["job-1", "edgeplug", [["main", [[WIDGET, ["widget0"], ["0"]], [WIDGET, ["widget2"], ["0"]]]]]]]);
   assert.deepEqual(deviceRows((await lister.allocatable()).devices).map(([, ids, nodes]) => `${ids[0]}@${nodes}`), ["widget0@0", "widget1@1", "widget2@0", "widget3@1"]);
 
   // The plugin restarts: it stops (its socket removed), comes back on a new socket and registers again.
   assert.equal(await plugin.stop("SIGTERM"), 0);
   await agent.until("disconnected after the plugin stopped", () => widget()?.connected === false);
-  plugin = startExample(t, "device-plugin.ts", pluginArgs);
+  plugin = startExample(node, "device-plugin.ts", pluginArgs);
   const second = (await plugin.waitForLine(/^serving /)).slice("serving ".length);
   assert.notEqual(second, serving);
   await plugin.waitForLine(/^registered$/);

@@ -20,7 +20,7 @@ import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
 import { deviceRows as rows, podResourcesClient, podRows as pods } from "./support/pod-resources-client.ts";
 import { testPolicy } from "./support/policy.ts";
-import { tempDir } from "./support/temp-dir.ts";
+import { scopedTempDir } from "./support/device-node.ts";
 
 const quiet = createLogger({ level: "error", format: "text" });
 const GPU = "acme.io/gpu";
@@ -35,7 +35,9 @@ const gpus: TestDevice[] = [
 ];
 
 async function startAgent(t: TestContext) {
-  const dir = tempDir(t);
+  // Cleanups run newest first and before the dir goes, so no checkpoint write races its removal.
+  const scope = scopedTempDir(t);
+  const dir = scope.dir;
   const pluginsDir = path.join(dir, "dp");
   const policy: Policy = {
     ...testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} } }),
@@ -43,18 +45,18 @@ async function startAgent(t: TestContext) {
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: null },
   };
   const agent = new EdgeplugAgent({ policy, log: quiet });
-  t.after(() => agent.stop());
+  scope.after(() => agent.stop());
   await agent.start();
   const gpu = await startFakeDevicePlugin({ socketPath: path.join(pluginsDir, "gpu.sock"), devices: gpus });
   const nic = await startFakeDevicePlugin({ socketPath: path.join(pluginsDir, "nic.sock"), devices: [{ ID: "gpu0", health: "Healthy" }] });
-  t.after(() => Promise.all([gpu.stop(), nic.stop()]).then(() => {}));
+  scope.after(() => Promise.all([gpu.stop(), nic.stop()]));
   await registerDevicePlugin(policy.devicePlugins.registrationSocket!, { endpoint: "gpu.sock", resource_name: GPU });
   await registerDevicePlugin(policy.devicePlugins.registrationSocket!, { endpoint: "nic.sock", resource_name: NIC });
   await waitForDeviceState(agent.devices, "both resources listed", () => agent.devices.resource(GPU)?.capacity === 4 && agent.devices.resource(NIC)?.capacity === 1);
 
   const channel = dialUnix(policy.api.socket!);
-  t.after(() => channel.close());
-  const lister = podResourcesClient(t, policy.api.socket!);
+  scope.after(() => channel.close());
+  const lister = podResourcesClient(scope, policy.api.socket!);
   return { agent, gpu, policy, api: createClient(Agent, channel.transport), lister };
 }
 

@@ -3,6 +3,12 @@
  * fresh temp dir with both registration paths (a watched directory and
  * kubelet.sock in a device-plugins directory) and a checkpoint, and the
  * built executable run on it.
+ *
+ * The node is itself where its processes register their cleanup
+ * (`startExample(node, ...)`, `watchAgent(node, ...)`): after the test they
+ * are stopped, newest first, and only then is the directory removed, so no
+ * agent writing its checkpoint and no plugin re-creating its socket races
+ * the removal.
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
@@ -10,9 +16,9 @@ import * as path from "node:path";
 import type { TestContext } from "node:test";
 import type { StatusJson } from "../../src/api/status.ts";
 import { runEdgeplug, startEdgeplug, type AgentProcess } from "./agent-process.ts";
-import { tempDir } from "./temp-dir.ts";
+import { makeShortTempDir, removeDir, type CleansUpAfter } from "./temp-dir.ts";
 
-export interface DeviceNode {
+export interface DeviceNode extends CleansUpAfter {
   dir: string;
   policy: string;
   registry: string;
@@ -20,10 +26,25 @@ export interface DeviceNode {
   apiSocket: string;
 }
 
+/**
+ * A fresh short temp dir whose cleanups (registered with `after`) run
+ * after the test `t`, newest first and each awaited, before the dir is removed.
+ */
+export function scopedTempDir(t: TestContext): CleansUpAfter & { dir: string } {
+  const dir = makeShortTempDir();
+  const cleanups: Array<() => unknown> = [];
+  t.after(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup();
+    removeDir(dir);
+  });
+  return { dir, after: (cleanup) => void cleanups.push(cleanup) };
+}
+
 /** A policy for an agent under a fresh temp dir with both device-plugin registration paths and a checkpoint. */
 export function deviceNode(t: TestContext): DeviceNode {
-  const dir = tempDir(t);
-  const node = {
+  const { dir, after } = scopedTempDir(t);
+  const node: DeviceNode = {
+    after,
     dir,
     policy: path.join(dir, "policy.yaml"),
     registry: path.join(dir, "registry"),
@@ -56,10 +77,13 @@ export function deviceNode(t: TestContext): DeviceNode {
   return node;
 }
 
-/** Starts `dist/edgeplug run` on the node's policy; resolves once it runs. Killed after the test. */
-export async function startAgent(t: TestContext, node: DeviceNode): Promise<AgentProcess> {
+/** Starts `dist/edgeplug run` on the node's policy; resolves once it runs. Killed (and awaited) after the test. */
+export async function startAgent(node: DeviceNode): Promise<AgentProcess> {
   const agent = startEdgeplug(["run", "--config", node.policy]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  node.after(() => {
+    agent.child.kill("SIGKILL");
+    return agent.exited;
+  });
   await agent.waitForLog("edgeplug running");
   return agent;
 }

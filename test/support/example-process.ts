@@ -46,6 +46,7 @@ export function startExample(t: CleansUpAfter, script: string, args: string[]): 
   });
   t.after(() => {
     if (!exited) child.kill("SIGKILL");
+    return exit;
   });
   return {
     child,
