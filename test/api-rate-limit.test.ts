@@ -7,6 +7,7 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { once } from "node:events";
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
@@ -19,7 +20,7 @@ import { parseDescriptorLimit } from "../src/platform/fd-limit.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { spawnRegistrationPlugin } from "./support/grpc-peers.ts";
 import { requireBinary, startDaemon, waitForPath, writePolicy } from "./support/agent-process.ts";
-import { tempDir } from "./support/temp-dir.ts";
+import { makeShortTempDir, removeDir, tempDir } from "./support/temp-dir.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
 const routes = (router: ConnectRouter) =>
@@ -153,11 +154,19 @@ test("dist/edgeplug: a plugin registers promptly while the API is flooded past i
 });
 
 test("dist/edgeplug started with a soft descriptor limit of 256 runs with its hard limit", async (t) => {
-  const policy = writePolicy(tempDir(t));
+  const dir = makeShortTempDir();
+  const policy = writePolicy(dir);
   const child = spawn("sh", ["-c", 'ulimit -Sn 256 && exec "$0" run --config "$1"', requireBinary(), policy.path], {
     stdio: "ignore",
   });
-  t.after(() => child.kill("SIGKILL"));
+  // The agent goes before its directory: still starting, it creates the checkpoint's directory in it.
+  t.after(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGKILL");
+      await once(child, "exit");
+    }
+    removeDir(dir);
+  });
   await waitForPath(policy.apiSocket);
   const limits = parseDescriptorLimit(fs.readFileSync(`/proc/${child.pid}/limits`, "utf8"));
   const ours = parseDescriptorLimit(fs.readFileSync("/proc/self/limits", "utf8"));
