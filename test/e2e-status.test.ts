@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
@@ -79,9 +80,34 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   const apiPending = fromApi.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
   assert.equal("type" in apiPending, false);
   assert.equal(JSON.stringify(withoutNulls(fromCli)), JSON.stringify(fromApi), "member order too");
+  // And the other way round: the API's JSON with null written for exactly the fields
+  // docs/status-json.md lists as "left out when they have no value" is the CLI's JSON.
+  const documented = documentedOmissions();
+  const filled = {
+    ...fromApi,
+    plugins: fromApi.plugins.map((plugin: Record<string, unknown>) => withNullsFor(plugin, documented.plugins)),
+    resources: fromApi.resources.map((resource: Record<string, unknown>) => withNullsFor(resource, documented.resources)),
+  };
+  assert.deepEqual(fromCli, filled);
   agent.child.kill("SIGTERM");
   assert.equal((await agent.exited).code, 0);
 });
+
+/** The fields docs/status-json.md says the API leaves out when they have no value, by message. */
+function documentedOmissions(): { plugins: string[]; resources: string[] } {
+  const doc = fs.readFileSync(new URL("../docs/status-json.md", import.meta.url), "utf8");
+  const row = (message: string) => {
+    const line = doc.split("\n").find((text) => text.startsWith(`| \`${message}\` |`));
+    assert.ok(line, `docs/status-json.md has a row for ${message}`);
+    return [...line.split("|")[2]!.matchAll(/`(\w+)`/g)].map((match) => match[1]!);
+  };
+  return { plugins: row("plugins[]"), resources: row("resources[]") };
+}
+
+/** `entry` with null for each of `fields` it lacks. */
+function withNullsFor(entry: Record<string, unknown>, fields: string[]): Record<string, unknown> {
+  return { ...Object.fromEntries(fields.map((field) => [field, null])), ...entry };
+}
 
 /** `value` with every null member of every object left out. */
 function withoutNulls(value: unknown): unknown {
