@@ -14,7 +14,7 @@ import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
-import { GenericHandler } from "./handlers/generic.ts";
+import { handlerFactories } from "./handlers/factories.ts";
 import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
@@ -29,31 +29,8 @@ import type { Policy } from "./policy/types.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 import type { HandlerFactories } from "./pluginmanager/types.ts";
 
-/**
- * The plugin handlers of this build, by built-in type or `generic`: the one
- * place where concrete handlers meet the plugin manager. Built-ins join here
- * as they land (a factory returning a view of a long-lived manager, so that
- * a policy reload does not lose its state).
- */
-export function handlerFactories(devices: DeviceManager = detachedDeviceManager(), storage: CsiDraDrivers = csiDraDrivers()): HandlerFactories {
-  return {
-    generic: (policy) => new GenericHandler(policy),
-    DevicePlugin: (policy, context) => devices.handler(policy, context),
-    CSIPlugin: (policy) => storage.csi.handler(policy),
-    DRAPlugin: (policy, context) => storage.dra.handler(policy, context),
-  };
-}
-
-/** A device manager for callers that only validate (probe) or bring no agent: in memory, quiet. */
-function detachedDeviceManager(): DeviceManager {
-  return new DeviceManager({
-    log: createLogger({ level: "error" }),
-    gracePeriodMs: 300_000,
-    maxDevicesPerResource: 100_000,
-    dialTimeoutMs: 10_000,
-    store: null,
-  });
-}
+/** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
+export { handlerFactories } from "./handlers/factories.ts";
 
 export interface AgentOptions {
   policy: Policy;

@@ -8,7 +8,7 @@ import path from "node:path";
 import { printable } from "../log/printable.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
-import { handlerFactories } from "../agent.ts";
+import { handlerFactories } from "../handlers/factories.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile, decideHandler } from "../pluginmanager/registration.ts";
 import { RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";

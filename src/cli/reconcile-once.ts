@@ -9,7 +9,7 @@
  * retrying cannot fix (no handler, the policy, the socket's owner), so a
  * permanent refusal never waits out `--timeout`.
  */
-import { handlerFactories } from "../agent.ts";
+import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import { buildStatus } from "../api/status.ts";
 import type { Logger } from "../log/logger.ts";

@@ -9,7 +9,6 @@ import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import { pluginToJson, resourceToJson, statusToJson, statusToText } from "../api/status.ts";
 import { printable } from "../log/printable.ts";
-import { resolvePolicy } from "../policy/load.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
@@ -86,6 +85,8 @@ export const statusCommand: Command = {
  */
 export async function apiSocketFor(command: string, api: string | undefined, config: string | undefined): Promise<string> {
   if (api !== undefined) return api;
+  // Loaded only here: with --api, status needs neither YAML nor the policy validator.
+  const { resolvePolicy } = await import("../policy/load.ts");
   const policy = await resolvePolicy(config);
   if (policy.api.socket === null) {
     throw new UsageError(`edgeplug ${command}: the policy ${policy.source} disables the API (api.socket: null); pass --api SOCKET`);

@@ -1,0 +1,41 @@
+/**
+ * The plugin handlers of this build, by built-in type or `generic`: the one
+ * place where concrete handlers meet the plugin manager. Built-ins join here
+ * as they land (a factory returning a view of a long-lived manager, so that
+ * a policy reload does not lose its state).
+ *
+ * A module of its own, apart from the agent (src/agent.ts), so that commands
+ * which only validate plugins (`probe`, `--reconcile-once`) load the handlers
+ * without the API servers, metrics and event stream.
+ *
+ * @example
+ * ```ts
+ * const handlers = new HandlerSet(policy, handlerFactories(), { connectionLost() {} });
+ * ```
+ */
+import { createLogger } from "../log/logger.ts";
+import type { HandlerFactories } from "../pluginmanager/types.ts";
+import { csiDraDrivers, type CsiDraDrivers } from "./csi-dra.ts";
+import { DeviceManager } from "./deviceplugin/manager.ts";
+import { GenericHandler } from "./generic.ts";
+
+/** Handler factories over `devices` and `storage`; without them, over detached, in-memory ones. */
+export function handlerFactories(devices: DeviceManager = detachedDeviceManager(), storage: CsiDraDrivers = csiDraDrivers()): HandlerFactories {
+  return {
+    generic: (policy) => new GenericHandler(policy),
+    DevicePlugin: (policy, context) => devices.handler(policy, context),
+    CSIPlugin: (policy) => storage.csi.handler(policy),
+    DRAPlugin: (policy, context) => storage.dra.handler(policy, context),
+  };
+}
+
+/** A device manager for callers that only validate (probe) or bring no agent: in memory, quiet. */
+function detachedDeviceManager(): DeviceManager {
+  return new DeviceManager({
+    log: createLogger({ level: "error" }),
+    gracePeriodMs: 300_000,
+    maxDevicesPerResource: 100_000,
+    dialTimeoutMs: 10_000,
+    store: null,
+  });
+}
