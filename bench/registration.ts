@@ -14,14 +14,17 @@
  * idle window, 60 s by default; shorter only for trying the bench out),
  * BENCH_REGISTRATION_BASELINE (another build's executable: adds a paired run
  * of the two, see support/registration-paired.ts), BENCH_REGISTRATION_PAIRED_ONLY
- * (with a baseline: only the paired run).
+ * (with a baseline: only the paired run), BENCH_CHURN_MS (how long plugins
+ * churn after the idle window, 30 s by default; 600000 for the 10-minute
+ * figure; 0 skips it).
  */
 import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { openDescriptors, requireBinary, shortTempDir } from "../test/support/agent-process.ts";
 import { startPluginHost, type PluginHost } from "./support/plugin-host-client.ts";
-import { residentKiB, clockTicksPerSecond, cpuTicks } from "./support/proc.ts";
+import { residentKiB, residentMemory, clockTicksPerSecond, cpuTicks } from "./support/proc.ts";
+import { measureChurn } from "./support/registration-churn.ts";
 import { roundMs } from "./support/stats.ts";
 import { MAX_PLUGINS, progress, socketNames, startAgent, waitForEach } from "./support/registration-agent.ts";
 import { measureBurst, measureSingleSocket, SINGLE_TIMEOUT_MS, WARMUP_TRIALS } from "./support/registration-parts.ts";
@@ -32,6 +35,7 @@ const BURST_SOCKETS = 100;
 const LARGE_BURST_SOCKETS = 1000;
 const IDLE_PLUGINS = 100;
 const IDLE_WINDOW_MS = Number(process.env.BENCH_IDLE_MS) || 60_000;
+const CHURN_MS = process.env.BENCH_CHURN_MS === undefined ? 30_000 : Number(process.env.BENCH_CHURN_MS);
 /** Lets the registration burst's garbage be collected before the idle window opens. */
 const IDLE_SETTLE_MS = 2000;
 const BURST_TIMEOUT_MS = 10_000;
@@ -42,6 +46,8 @@ const IDLE_REGISTRATION_TIMEOUT_MS = 15_000;
 const TARGET_SINGLE_P50_MS = 5;
 const TARGET_BURST_TOTAL_MS = 250;
 const TARGET_IDLE_CPU_PERCENT = 0.2;
+/** Issue 9: the agent in 60 MB, idle with 100 plugins and flat over churn. */
+const TARGET_IDLE_RSS_KIB = 60 * 1024;
 /** "Near the idle baseline": registration connections closed, so far fewer than one descriptor per plugin left. */
 const DESCRIPTOR_GROWTH_LIMIT = 50;
 
@@ -127,13 +133,15 @@ async function measureIdle(dir: string, host: PluginHost) {
       cpuMs,
       cpuPercentOfCore: Math.round((cpuMs / windowMs) * 100 * 1000) / 1000,
       rssKiB: residentKiB(agent.pid),
+      residentMemory: residentMemory(agent.pid),
       descriptors: openDescriptors(agent.pid),
       logLinesDuringWindow: agent.process.logs().length - linesBefore,
     };
+    const churn = CHURN_MS > 0 ? await measureChurn(agent, host, CHURN_MS) : "not run: BENCH_CHURN_MS=0";
     await host.stop(sockets);
     const exitCode = await agent.stop();
     if (exitCode !== 0) throw new Error(`the agent exited ${exitCode} on SIGTERM; stderr:\n${agent.process.stderr().slice(-4000)}`);
-    return result;
+    return { ...result, churn };
   } finally {
     await agent.stop();
   }
@@ -198,6 +206,18 @@ export async function run(): Promise<object> {
           targetPercentOfCore: TARGET_IDLE_CPU_PERCENT,
           measuredPercentOfCore: idle.cpuPercentOfCore,
           meetsTarget: idle.cpuPercentOfCore < TARGET_IDLE_CPU_PERCENT,
+        },
+        idleRssWith100Plugins: {
+          targetKiB: TARGET_IDLE_RSS_KIB,
+          measuredKiB: idle.rssKiB,
+          meetsTarget: idle.rssKiB <= TARGET_IDLE_RSS_KIB,
+        },
+        rssAfterChurn: typeof idle.churn === "string" ? idle.churn : {
+          targetKiB: TARGET_IDLE_RSS_KIB,
+          measuredKiB: idle.churn.after.rssKiB,
+          maxDuringKiB: idle.churn.maxRssKiB,
+          growthKiB: idle.churn.growthKiB,
+          meetsTarget: idle.churn.maxRssKiB <= TARGET_IDLE_RSS_KIB,
         },
         descriptorsAfter1000NearBaseline: {
           targetGrowthBelow: DESCRIPTOR_GROWTH_LIMIT,

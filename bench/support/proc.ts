@@ -24,3 +24,22 @@ export function residentKiB(pid: number): number {
   if (!match) throw new Error(`no VmRSS in /proc/${pid}/status`);
   return Number(match[1]);
 }
+
+/** Resident memory of `pid` in KiB, split as /proc/PID/status splits it. */
+export interface ResidentMemory {
+  rssKiB: number;
+  /** Private memory: the JS heap, malloc, stacks. */
+  anonKiB: number;
+  /** Pages of the executable and libraries: clean, shared, reclaimable under pressure. */
+  fileKiB: number;
+}
+
+export function residentMemory(pid: number): ResidentMemory {
+  const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+  const field = (name: string) => {
+    const match = new RegExp(`^${name}:\\s+(\\d+) kB$`, "m").exec(status);
+    if (!match) throw new Error(`no ${name} in /proc/${pid}/status`);
+    return Number(match[1]);
+  };
+  return { rssKiB: field("VmRSS"), anonKiB: field("RssAnon"), fileKiB: field("RssFile") };
+}
