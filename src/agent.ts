@@ -21,13 +21,12 @@ import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
 import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
-import { createLogger, type Logger } from "./log/logger.ts";
+import type { Logger } from "./log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
 import { logDescriptorLimit } from "./platform/fd-limit.ts";
 import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
-import type { HandlerFactories } from "./pluginmanager/types.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "./handlers/factories.ts";
