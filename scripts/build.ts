@@ -30,14 +30,15 @@ const SEA_FUSE = "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2";
  * V8 flags the executable always runs with, chosen for a small, flat RSS
  * (`npm run bench -- registration`, README "Memory"): an agent that mostly
  * waits needs neither a 16 MiB young generation nor optimising compilers.
- * - `--max-semi-space-size=1`: young generation of 1 MiB semi-spaces
- *   instead of up to 16 MiB (scavenges stay sub-millisecond on this heap);
+ * - `--max-semi-space-size=2`: young generation of 2 MiB semi-spaces
+ *   instead of up to 16 MiB (1 MiB saved no more and made a 100-socket
+ *   registration burst cost about twice the CPU in scavenges);
  * - `--optimize-for-size`: slower heap growth and an eager memory reducer,
  *   which keeps RSS flat over plugin churn instead of growing to 250+ MiB;
  * - `--no-opt --no-maglev`: interpreter and Sparkplug only, so the compilers'
  *   code pages and optimised code never become resident.
  */
-const SEA_V8_FLAGS = ["--max-semi-space-size=1", "--optimize-for-size", "--no-opt", "--no-maglev"];
+const SEA_V8_FLAGS = ["--max-semi-space-size=2", "--optimize-for-size", "--no-opt", "--no-maglev"];
 
 const started = performance.now();
 function step(name: string, detail: string, since: number): void {
