@@ -84,9 +84,10 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   // docs/status-json.md lists as "left out when they have no value" is the CLI's JSON.
   const documented = documentedOmissions();
   const filled = {
-    ...fromApi,
+    ...withNullsFor(fromApi, documented.top),
     plugins: fromApi.plugins.map((plugin: Record<string, unknown>) => withNullsFor(plugin, documented.plugins)),
     resources: fromApi.resources.map((resource: Record<string, unknown>) => withNullsFor(resource, documented.resources)),
+    ...(fromApi.checkpoint ? { checkpoint: withNullsFor(fromApi.checkpoint, documented.checkpoint) } : {}),
   };
   assert.deepEqual(fromCli, filled);
   agent.child.kill("SIGTERM");
@@ -94,14 +95,15 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
 });
 
 /** The fields docs/status-json.md says the API leaves out when they have no value, by message. */
-function documentedOmissions(): { plugins: string[]; resources: string[] } {
-  const doc = fs.readFileSync(new URL("../docs/status-json.md", import.meta.url), "utf8");
+function documentedOmissions(): Record<"top" | "plugins" | "resources" | "checkpoint", string[]> {
+  const whole = fs.readFileSync(new URL("../docs/status-json.md", import.meta.url), "utf8");
+  const doc = whole.slice(whole.indexOf("## The API's JSON"));
   const row = (message: string) => {
-    const line = doc.split("\n").find((text) => text.startsWith(`| \`${message}\` |`));
+    const line = doc.split("\n").find((text) => text.startsWith(`| \`${message}\` |`) || text.startsWith(`| ${message} |`));
     assert.ok(line, `docs/status-json.md has a row for ${message}`);
     return [...line.split("|")[2]!.matchAll(/`(\w+)`/g)].map((match) => match[1]!);
   };
-  return { plugins: row("plugins[]"), resources: row("resources[]") };
+  return { top: row("the top level"), plugins: row("plugins[]"), resources: row("resources[]"), checkpoint: row("checkpoint") };
 }
 
 /** `entry` with null for each of `fields` it lacks. */
