@@ -9,7 +9,8 @@
  *   plugin (GetInfo through Connect).
  * Every process runs with an empty environment from an empty directory, as
  * `env -i` would. Targets (issue 9): status, validate and probe at most
- * 100 ms wall at the median.
+ * 100 ms wall at the median. BENCH_STARTUP_BASELINE=<another build's
+ * executable> times its commands too, interleaved with these ("baseline ...").
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -106,6 +107,12 @@ export async function run(): Promise<object> {
       "edgeplug status --config": [executable, "status", "--config", targets.policy.path],
       "edgeplug probe": [executable, "probe", targets.socket, "--config", targets.policy.path],
     };
+    const baseline = process.env.BENCH_STARTUP_BASELINE;
+    if (baseline) {
+      for (const [name, command] of Object.entries(commands)) {
+        if (name.startsWith("edgeplug ")) commands[`baseline ${name}`] = [baseline, ...command.slice(1)];
+      }
+    }
     const samples: Record<string, number[]> = Object.fromEntries(Object.keys(commands).map((name) => [name, []]));
     for (let i = 0; i < WARMUP_RUNS + RUNS; i++) {
       for (const [name, command] of Object.entries(commands)) {
