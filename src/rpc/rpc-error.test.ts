@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { classifyRpcError, transportError } from "./rpc-error.ts";
+import { classifyRpcError, markFailure, transportError } from "./rpc-error.ts";
 
 function nodeError(code: string, message: string): Error {
   return Object.assign(new Error(message), { code });
@@ -26,15 +26,18 @@ test("Connect codes map to deadline and canceled", () => {
   assert.equal(classifyRpcError(new ConnectError("This operation was aborted", Code.Canceled)), "canceled");
 });
 
-test("an HTTP/2 answer that is not gRPC is 'not-grpc'; a cut-off gRPC answer is 'disconnected'", () => {
-  assert.equal(classifyRpcError(new ConnectError("HTTP 404", Code.Unimplemented)), "not-grpc");
-  assert.equal(classifyRpcError(new ConnectError("unsupported content type text/html", Code.Unknown)), "not-grpc");
-  assert.equal(classifyRpcError(new ConnectError("protocol error: missing status", Code.Internal)), "disconnected");
-});
-
-test("a status the peer sent is 'status', even when its text looks like a transport failure", () => {
+test("a status the peer sent is 'status'; a kind the transport recorded on the wire wins over the error's words", () => {
   const metadata = new Headers({ "grpc-status": "12" });
   assert.equal(classifyRpcError(new ConnectError("HTTP 404", Code.Unimplemented, metadata)), "status");
   assert.equal(classifyRpcError(new ConnectError("rejected by rate limit", Code.ResourceExhausted)), "status");
   assert.equal(classifyRpcError(new Error("anything else")), "status");
+  assert.equal(classifyRpcError(markFailure(new ConnectError("anything", Code.Internal), "not-grpc")), "not-grpc");
+});
+
+test("Connect's message text decides nothing: the same words without what the transport saw are a plain status", () => {
+  for (const words of ["HTTP 404", "unsupported content type text/html", "protocol error: missing status", "protocol error: incomplete envelope"]) {
+    assert.equal(classifyRpcError(new ConnectError(words, Code.Internal)), "status", words);
+  }
+  const reset = new ConnectError("http/2 stream closed", Code.Internal, undefined, undefined, nodeError("ERR_HTTP2_STREAM_ERROR", "x"));
+  assert.equal(classifyRpcError(reset), "disconnected", "a Node HTTP/2 error code in the cause chain");
 });

@@ -24,6 +24,8 @@ export const RPC_FAILURES = [
    * the call finished (no gRPC status arrived): the peer went away.
    */
   "disconnected",
+  /** The peer answered with a message larger than the channel accepts (its readMaxBytes). */
+  "oversize",
   /** Anything else; usually the peer answered with a gRPC error status. */
   "status",
 ] as const;
@@ -37,33 +39,40 @@ const FAILURE_KIND = Symbol.for("edgeplug.rpcFailure");
  * known at the point of failure; {@link classifyRpcError} returns that kind.
  */
 export function transportError(kind: RpcFailure, message: string, code: Code, cause?: unknown): ConnectError {
-  const error = new ConnectError(message, code, undefined, undefined, cause);
-  Object.defineProperty(error, FAILURE_KIND, { value: kind, enumerable: false });
+  return markFailure(new ConnectError(message, code, undefined, undefined, cause), kind);
+}
+
+/** Records on `error` the kind of failure the transport saw (call-observer.ts); returns it. */
+export function markFailure<T>(error: T, kind: RpcFailure): T {
+  if (typeof error === "object" && error !== null) Object.defineProperty(error, FAILURE_KIND, { value: kind, enumerable: false, configurable: true });
   return error;
 }
 
-/** Classifies any error thrown by a Connect call over a unix socket. */
-export function classifyRpcError(reason: unknown): RpcFailure {
-  const chain = errorChain(reason);
-  for (const link of chain) {
+/** The kind the transport recorded anywhere in `reason`'s cause chain, if any. */
+export function classifiedAs(reason: unknown): RpcFailure | undefined {
+  for (const link of errorChain(reason)) {
     const known = (link as { [FAILURE_KIND]?: RpcFailure })[FAILURE_KIND];
     if (known !== undefined) return known;
   }
-  const nodeCodes = chain.map((link) => (link as { code?: unknown }).code).filter((c) => typeof c === "string");
+  return undefined;
+}
+
+/**
+ * Classifies any error thrown by a Connect call over a unix socket, by what
+ * the transport recorded (the unix channel tags its own failures and what
+ * each call's stream showed), then by the Node error codes in the cause
+ * chain and Connect's code. Never by message text.
+ */
+export function classifyRpcError(reason: unknown): RpcFailure {
+  const known = classifiedAs(reason);
+  if (known !== undefined) return known;
+  const nodeCodes = errorChain(reason).map((link) => (link as { code?: unknown }).code).filter((c) => typeof c === "string");
   if (nodeCodes.includes("ENOENT")) return "missing";
   if (nodeCodes.includes("ECONNREFUSED")) return "stale";
   const error = ConnectError.from(reason);
   if (error.code === Code.DeadlineExceeded) return "deadline";
   if (error.code === Code.Canceled) return "canceled";
   if (error.metadata.has("grpc-status")) return "status";
-  // An HTTP/2 answer that is not gRPC: an HTTP error status or another content type.
-  if (/^(HTTP \d{3}$|unsupported content type)/.test(error.rawMessage)) return "not-grpc";
-  // A gRPC response cut off before its status: the peer closed the connection mid-call.
-  if (error.rawMessage.startsWith("protocol error: missing status")) return "disconnected";
-  // connect-node's words for a stream the peer ended before answering (Deno reports a dropped session so).
-  if (/^http\/2 stream closed with error code .* before the response was received$/.test(error.rawMessage)) return "disconnected";
-  // Any other protocol error of Connect's client: the answer broke gRPC's framing rules.
-  if (error.rawMessage.startsWith("protocol error:")) return "not-grpc";
   if (nodeCodes.some((c) => /^(ECONNRESET|EPIPE|ERR_HTTP2_)/.test(c))) return "disconnected";
   return "status";
 }

@@ -23,6 +23,7 @@ import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { callObserver, observeStream } from "./call-observer.ts";
 import { transportError } from "./rpc-error.ts";
 
 export interface DialOptions {
@@ -187,6 +188,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
   async function openStream(headers: http2.OutgoingHttpHeaders, requestOptions: http2.ClientSessionRequestOptions) {
     const conn = await liveConnection();
     const stream = conn.h2.request(headers, requestOptions);
+    observeStream(stream);
     holdWhileOpen(conn, stream);
     return stream;
   }
@@ -202,10 +204,12 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
 
   // One transport per channel, made once: Connect's client keeps no state per
   // call beyond the stream, and the session manager above replaces its own
-  // (no pings, no idle timer: close() ends the connection). No interceptors.
+  // (no pings, no idle timer: close() ends the connection). The one
+  // interceptor records what each call's stream showed, to classify failures.
   const transport = createGrpcTransport({
     baseUrl: BASE_URL,
     sessionManager,
+    interceptors: [callObserver],
     readMaxBytes: options.readMaxBytes ?? DEFAULT_READ_MAX_BYTES,
     defaultTimeoutMs: options.defaultTimeoutMs,
     acceptCompression: [],
