@@ -42,3 +42,16 @@ test("probe: an undeclared type says no handler would take it; a stale socket sa
   const stale = await probePlugin(dead, ctx.policy, ctx.handlers);
   assert.deepEqual([stale.failure, stale.info, stale.handler], ["stale", null, null]);
 });
+
+test("probe: an answer out of bounds says which bound it breaks; one over 64 KiB is not read", async (t) => {
+  const dir = tempDir(t);
+  const long = path.join(dir, "long.sock");
+  await startTestPlugin(t, { socketPath: long, info: sensor("n".repeat(318)) });
+  const ctx = context(dir);
+  const refused = await probePlugin(long, ctx.policy, ctx.handlers);
+  assert.match(refused.refusal!, /invalid plugin info: PluginInfo\.name is 318 bytes, more than 317/);
+  const huge = path.join(dir, "huge.sock");
+  await startTestPlugin(t, { socketPath: huge, info: sensor("n".repeat(100_000)) });
+  const unread = await probePlugin(huge, ctx.policy, ctx.handlers);
+  assert.deepEqual([unread.info, unread.failure], [null, "oversize"]);
+});

@@ -11,7 +11,7 @@ import type { Policy } from "../policy/types.ts";
 import { handlerFactories } from "../handlers/factories.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile, decideHandler } from "../pluginmanager/registration.ts";
-import { RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
+import { pluginInfoProblem, RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
 import { classifyRpcError, type RpcFailure } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
@@ -97,7 +97,7 @@ export async function probePlugin(socket: string, policy: Policy, handlers: Hand
   }
   const decision = decideHandler(policy, handlers, socket, result.info);
   if ("entry" in decision) result.handler = decision.entry.type;
-  result.refusal = (checkSocketFile(socket, policy) ?? ("refusal" in decision ? decision.refusal : null))?.error ?? null;
+  result.refusal = pluginInfoProblem(result.info) ?? (checkSocketFile(socket, policy) ?? ("refusal" in decision ? decision.refusal : null))?.error ?? null;
   return result;
 }
 

@@ -10,6 +10,29 @@ import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import type { UnixChannel } from "../rpc/unix-channel.ts";
 
+/**
+ * Bounds on what a plugin says of itself (SPEC.md section 6, "Limits"). The
+ * kubelet bounds none of these in its plugin manager; its handlers check
+ * their own rules later, so these only stop what no handler could accept:
+ * - name and type: 317 bytes, the longest qualified name (a DNS subdomain
+ *   prefix of 253, "/", a name of 63): an extended resource name (device
+ *   plugins), a DRA driver name (253) and a CSI driver name (63) all fit;
+ * - endpoint: 107 bytes, a unix socket path with its NUL in sun_path (108):
+ *   a longer one could be dialled neither by edgeplug nor by the kubelet;
+ * - versions: 64 of at most 128 bytes each (plugins advertise one to three,
+ *   the longest being DRA's fully qualified service names, about 45 bytes);
+ * - the whole GetInfo answer: 64 KiB, which every answer within the bounds
+ *   above fits with room to spare, so that a 15 MiB name is never read.
+ */
+export const PLUGIN_INFO_LIMITS = {
+  nameBytes: 317,
+  typeBytes: 317,
+  endpointBytes: 107,
+  versions: 64,
+  versionBytes: 128,
+  answerBytes: 64 * 1024,
+} as const;
+
 /** What GetInfo answered, with the endpoint defaulted to the registration socket. */
 export interface PluginInfoSummary {
   type: string;
@@ -63,11 +86,28 @@ export class RegistrationConnection {
 
   #dial(): Client<typeof Registration> {
     if (!this.#client) {
-      this.#channel = dialUnix(this.#socket, { connectTimeoutMs: this.#dialMs });
+      this.#channel = dialUnix(this.#socket, { connectTimeoutMs: this.#dialMs, readMaxBytes: PLUGIN_INFO_LIMITS.answerBytes });
       this.#client = createClient(Registration, this.#channel.transport);
     }
     return this.#client;
   }
+}
+
+/** Which bound GetInfo's answer breaks, said so that its author can fix it, or null when it is within them. */
+export function pluginInfoProblem(info: PluginInfoSummary): string | null {
+  const limits = PLUGIN_INFO_LIMITS;
+  const tooLong = (field: string, value: string, bytes: number) => {
+    const length = Buffer.byteLength(value);
+    return length > bytes ? `PluginInfo.${field} is ${length} bytes, more than ${bytes} (${JSON.stringify(value.slice(0, 40))}...)` : null;
+  };
+  const problem =
+    tooLong("name", info.name, limits.nameBytes) ??
+    tooLong("type", info.type, limits.typeBytes) ??
+    tooLong("endpoint", info.endpoint, limits.endpointBytes) ??
+    (info.versions.length > limits.versions ? `PluginInfo.supported_versions has ${info.versions.length} entries, more than ${limits.versions}` : null) ??
+    info.versions.map((version, i) => tooLong(`supported_versions[${i}]`, version, limits.versionBytes)).find((found) => found !== null) ??
+    null;
+  return problem === null ? null : `RegisterPlugin error -- invalid plugin info: ${problem}`;
 }
 
 /** A failure of the connection rather than an answer from the plugin (or its silence). */

@@ -14,7 +14,7 @@ import type { AvailableHandler, HandlerSet } from "./handler-set.ts";
 import { nameRefusal, versionRefusal } from "./handler-set.ts";
 import type { Clock } from "./operations.ts";
 import { systemClock } from "./operations.ts";
-import { RegistrationConnection } from "./registration-client.ts";
+import { PLUGIN_INFO_LIMITS, pluginInfoProblem, RegistrationConnection } from "./registration-client.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
 import type { ActualStateOfWorld, DesiredSocket, RegisteredPlugin } from "./state.ts";
 import { inodeOf } from "./state.ts";
@@ -82,7 +82,11 @@ export async function registerPlugin(
   };
   try {
     try {
-      info = await getInfoOnceListening(connection, desired, timeouts.getInfoMs, context.clock ?? systemClock, signal);
+      const answer = await getInfoOnceListening(connection, desired, timeouts.getInfoMs, context.clock ?? systemClock, signal);
+      // Out of bounds, it is not kept: the error names the field and its size.
+      const problem = pluginInfoProblem(answer);
+      if (problem !== null) return await refuse({ reason: "invalid_info", error: problem });
+      info = answer;
     } catch (error) {
       if (signal.aborted) return aborted();
       return await getInfoFailure(socket, error, timeouts.getInfoMs, refuse);
@@ -243,6 +247,10 @@ async function getInfoFailure(
     return failed({ reason: "stale", error: text }, null);
   }
   if (failure === "missing") return failed({ reason: "socket_missing", error: `socket ${socket} no longer exists` }, null);
+  if (failure === "oversize") {
+    const limit = `${PLUGIN_INFO_LIMITS.answerBytes / 1024} KiB`;
+    return refuse({ reason: "invalid_info", error: `RegisterPlugin error -- invalid plugin info: the GetInfo answer at socket ${socket} is larger than ${limit}` });
+  }
   const cause = failure === "deadline" ? `no answer within ${formatDuration(getInfoMs)}` : describe(error);
   const refusal: Refusal = { reason: "get_info", error: `RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket ${socket}, err: ${cause}` };
   // A plugin that answered with a gRPC error can be told; a silent or garbled one cannot.

@@ -1,0 +1,101 @@
+/**
+ * What a plugin says of itself is bounded (SPEC.md section 6, "Limits";
+ * PLUGIN_INFO_LIMITS): a name, type, endpoint or versions out of bounds is
+ * refused as `invalid_info`, the plugin is told why, nothing of it is kept,
+ * and the agent goes on serving. A GetInfo answer over 64 KiB is not read.
+ */
+import assert from "node:assert/strict";
+import * as path from "node:path";
+import { test } from "node:test";
+import { buildStatus, statusToJson, statusToText } from "../src/api/status.ts";
+import { PLUGIN_INFO_LIMITS } from "../src/pluginmanager/registration-client.ts";
+import { runEdgeplug, startDaemon } from "./support/agent-process.ts";
+import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
+import { record, startManager, until } from "./support/manager-harness.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const MiB = 1024 * 1024;
+
+test("each bound: one byte past it is refused naming the field, exactly at it is registered", async (t) => {
+  const dir = tempDir(t);
+  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, [`acme.io/${"T".repeat(PLUGIN_INFO_LIMITS.typeBytes - 8)}`]: {} } });
+  const limits = PLUGIN_INFO_LIMITS;
+  const longType = `acme.io/${"T".repeat(limits.typeBytes - 8)}`;
+  const cases = {
+    name: { type: "acme.io/Sensor", name: "n".repeat(limits.nameBytes + 1) },
+    type: { type: longType + "T", name: "acme.io/t" },
+    endpoint: { type: "acme.io/Sensor", name: "acme.io/e", endpoint: "/" + "e".repeat(limits.endpointBytes) },
+    count: { type: "acme.io/Sensor", name: "acme.io/c", versions: Array.from({ length: limits.versions + 1 }, (_, i) => `v${i}`) },
+    version: { type: "acme.io/Sensor", name: "acme.io/v", versions: ["v1", "v".repeat(limits.versionBytes + 1)] },
+    "at every bound": {
+      type: longType,
+      name: "n".repeat(limits.nameBytes),
+      endpoint: "/" + "e".repeat(limits.endpointBytes - 1),
+      versions: Array.from({ length: limits.versions }, (_, i) => `${i}`.padEnd(limits.versionBytes, "v")),
+    },
+  };
+  const fakes = new Map<string, Awaited<ReturnType<typeof startTestPlugin>>>();
+  for (const [label, info] of Object.entries(cases)) {
+    fakes.set(label, await startTestPlugin(t, { socketPath: path.join(dir, `${label.replaceAll(" ", "-")}.sock`), info }));
+  }
+  await until(manager, (plugins) => plugins.length === 6 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
+  const expected: Record<string, RegExp> = {
+    name: /PluginInfo\.name is 318 bytes, more than 317/,
+    type: /PluginInfo\.type is 318 bytes, more than 317/,
+    endpoint: /PluginInfo\.endpoint is 108 bytes, more than 107/,
+    count: /PluginInfo\.supported_versions has 65 entries, more than 64/,
+    version: /PluginInfo\.supported_versions\[1\] is 129 bytes, more than 128/,
+  };
+  for (const [label, pattern] of Object.entries(expected)) {
+    const fake = fakes.get(label)!;
+    const refused = record(manager, fake.socketPath)!;
+    assert.deepEqual([refused.state, refused.reason, refused.name, refused.versions], ["failed", "invalid_info", null, []], label);
+    assert.match(refused.error!, pattern, label);
+    const told = await fake.waitForNotify();
+    assert.deepEqual([told.registered, told.error], [false, refused.error], `${label}: the plugin is told why`);
+  }
+  const atBounds = record(manager, fakes.get("at every bound")!.socketPath)!;
+  assert.deepEqual([atBounds.state, atBounds.name?.length, atBounds.versions.length], ["registered", limits.nameBytes, limits.versions]);
+});
+
+test("a 15 MiB name and 100k versions are not read: refused at once, told why, and the agent keeps registering and reporting", async (t) => {
+  const dir = tempDir(t);
+  // grpc-js takes a while to encode 15 MiB on a loaded machine: the deadline must not be what ends the attempt.
+  const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
+  const huge = await startTestPlugin(t, { socketPath: path.join(dir, "huge-name.sock"), info: { type: "acme.io/Sensor", name: "x".repeat(15 * MiB) } });
+  const many = await startTestPlugin(t, {
+    socketPath: path.join(dir, "many-versions.sock"),
+    info: { type: "acme.io/Sensor", name: "acme.io/many", versions: Array.from({ length: 100_000 }, (_, i) => `v${i}`) },
+  });
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  await until(manager, (plugins) => plugins.length === 3 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
+  for (const fake of [huge, many]) {
+    const refused = record(manager, fake.socketPath)!;
+    assert.deepEqual([refused.state, refused.reason, refused.name], ["failed", "invalid_info", null]);
+    assert.match(refused.error!, /invalid plugin info: the GetInfo answer at socket .* is larger than 64 KiB/);
+    assert.equal((await fake.waitForNotify()).error, refused.error, "told on the same connection");
+  }
+  assert.equal(record(manager, good.socketPath)!.state, "registered");
+  const status = buildStatus({ node: "n", plugins: manager.plugins() });
+  assert.ok(statusToText(status).length < 4096, "the text status stays small");
+  assert.ok(JSON.stringify(statusToJson(status)).length < 4096);
+});
+
+test("dist/edgeplug: with a 15 MiB name and 100k versions around, `status` answers at once and names the refusal", async (t) => {
+  const { policy, agent } = await startDaemon(t, { reconcile: "  backoff: { initial: 50ms, max: 500ms }\n  timeouts: { getInfo: 30s }" });
+  const huge = await startTestPlugin(t, { socketPath: path.join(policy.registry, "huge.sock"), info: { type: "acme.io/Sensor", name: "x".repeat(15 * MiB) } });
+  const many = await startTestPlugin(t, {
+    socketPath: path.join(policy.registry, "many.sock"),
+    info: { type: "acme.io/Sensor", name: "acme.io/many", versions: Array.from({ length: 100_000 }, (_, i) => `v${i}`) },
+  });
+  await huge.waitForNotify();
+  await many.waitForNotify();
+  const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor("acme.io/good") });
+  assert.equal((await good.waitForNotify()).registered, true, "the agent still registers plugins");
+  const status = await runEdgeplug(["status", "--api", policy.apiSocket]);
+  assert.equal(status.code, 1, status.stderr);
+  assert.equal(status.stdout.match(/^failed .*invalid plugin info: the GetInfo answer at socket .* is larger than 64 KiB$/gm)?.length, 2, status.stdout);
+  assert.ok(status.stdout.length < 4096);
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
