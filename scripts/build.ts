@@ -1,53 +1,57 @@
 /**
- * Builds dist/edgeplug, a Node single-executable application (SEA):
+ * Builds an edgeplug executable, a Node single-executable application (SEA),
+ * for one target (`--target linux-x64|linux-arm64`, default: this machine):
  *   1. esbuild bundles src/sea-main.ts into one CommonJS file (an ESM bundle
  *      breaks on @grpc/grpc-js-style dynamic requires; see runtime-notes.md),
- *      with the git commit defined in;
- *   2. the SEA blob is made, code cache on, by the npm `node` package's binary;
- *   3. that SAME binary is copied, stripped and gets the blob injected
- *      (a blob made by another Node version breaks the executable).
- * Run by `npm run build` after code generation and the typecheck.
+ *      with the commit, target and runtime defined in;
+ *   2. the SEA blob is made (configuration: scripts/sea-config.ts) by the
+ *      target's own pinned Node binary (scripts/node-runtime.ts): natively,
+ *      or for another architecture under qemu user emulation, so that its
+ *      code cache is the target CPU's V8 code. Without qemu the blob is made
+ *      by the host's Node of the same version with the code cache off (V8's
+ *      code cache does not carry across architectures);
+ *   3. that target binary is copied, stripped (the target's binutils strip)
+ *      and gets the blob injected with postject;
+ *   4. the result runs `--version` (natively or under qemu), or, where it
+ *      cannot run, its ELF header must name the target's machine.
+ * Output: dist/edgeplug without --target, dist/edgeplug-TARGET with it.
+ * Run by `npm run build [-- --target T]` after code generation and the typecheck.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
+import { parseArgs } from "node:util";
 import { build } from "esbuild";
+import { nodeRuntime } from "./node-runtime.ts";
+import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
+import {
+  elfMachine,
+  hostTarget,
+  missingRunnerHint,
+  runnerFor,
+  runTargetBinary,
+  stripFor,
+  targetByName,
+  type Target,
+} from "./targets.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const dist = path.join(root, "dist");
-const nodeBinary = path.join(root, "node_modules", "node", "bin", "node");
-const bundleFile = path.join(dist, "edgeplug.cjs");
-const blobFile = path.join(dist, "edgeplug.blob");
-const seaConfigFile = path.join(dist, "sea-config.json");
-const executable = path.join(dist, "edgeplug");
-/** Built under another name and renamed at the end: an interrupted build never leaves a bare node called edgeplug. */
-const unfinished = path.join(dist, "edgeplug.partial");
 /** The fuse Node looks for to know a blob was injected (Node's SEA documentation). */
 const SEA_FUSE = "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2";
-
-/**
- * V8 flags the executable always runs with, chosen for a small, flat RSS
- * (`npm run bench -- registration`, README "Memory"): an agent that mostly
- * waits needs neither a 16 MiB young generation nor optimising compilers.
- * - `--max-semi-space-size=2`: young generation of 2 MiB semi-spaces
- *   instead of up to 16 MiB (1 MiB saved no more and made a 100-socket
- *   registration burst cost about twice the CPU in scavenges);
- * - `--optimize-for-size`: slower heap growth and an eager memory reducer,
- *   which keeps RSS flat over plugin churn instead of growing to 250+ MiB;
- * - `--no-opt --no-maglev`: interpreter and Sparkplug only, so the compilers'
- *   code pages and optimised code never become resident.
- */
-const SEA_V8_FLAGS = ["--max-semi-space-size=2", "--optimize-for-size", "--no-opt", "--no-maglev"];
 
 const started = performance.now();
 function step(name: string, detail: string, since: number): void {
   process.stdout.write(`build: ${name.padEnd(8)} ${detail} (${Math.round(performance.now() - since)} ms)\n`);
 }
+function note(text: string): void {
+  process.stdout.write(`build: ${text}\n`);
+}
 
 function shortCommit(): string {
   try {
-    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root, encoding: "utf8" }).trim();
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
   } catch {
     return "unknown";
   }
@@ -72,14 +76,48 @@ function mib(bytes: number): string {
   return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
 
+interface BuildOptions {
+  target: Target;
+  executable: string;
+  /** false: the blob carries no code cache even when the target's node could make one (bit-reproducible blob). */
+  codeCache: boolean;
+}
+
+function parseOptions(): BuildOptions {
+  const { values } = parseArgs({
+    options: { target: { type: "string" }, "no-code-cache": { type: "boolean" } },
+    strict: true,
+  });
+  const target = values.target === undefined ? hostTarget() : targetByName(values.target);
+  const executable = path.join(dist, values.target === undefined ? "edgeplug" : `edgeplug-${target.name}`);
+  return { target, executable, codeCache: values["no-code-cache"] !== true };
+}
+
 async function main(): Promise<void> {
-  const nodeVersion = execFileSync(nodeBinary, ["--version"], { encoding: "utf8" }).trim();
-  if (!/^v24\./.test(nodeVersion)) {
-    throw new Error(`${nodeBinary} is ${nodeVersion}; the executable embeds Node 24 (run npm ci)`);
-  }
-  fs.mkdirSync(dist, { recursive: true });
+  const { target, executable, codeCache } = parseOptions();
+  const work = path.join(dist, `build-${target.name}`);
+  fs.mkdirSync(work, { recursive: true });
+  const bundleFile = path.join(work, "edgeplug.cjs");
+  const blobFile = path.join(work, "edgeplug.blob");
+  const seaConfigFile = path.join(work, "sea-config.json");
+  /** Built under another name and renamed at the end: an interrupted build never leaves a bare node called edgeplug. */
+  const unfinished = `${executable}.partial`;
 
   let since = performance.now();
+  const runtime = nodeRuntime(target, { log: note });
+  if (!/^24\./.test(runtime.version)) throw new Error(`${runtime.packageSpec}: the executable embeds Node 24 (scripts/node-runtimes.json)`);
+  const runner = runnerFor(target);
+  const blobMaker =
+    runner && codeCache
+      ? { command: [...runner.prefix, runtime.binary], useCodeCache: true, how: `${runtime.packageSpec} (${runner.description}), code cache on` }
+      : {
+          command: [nodeRuntime(hostTarget(), { log: note }).binary],
+          useCodeCache: false,
+          how: `host node v${runtime.version}, code cache off${codeCache ? `: ${missingRunnerHint(target)}` : " (--no-code-cache)"}`,
+        };
+  step("runtime", `${target.name}: ${runtime.packageSpec} ${path.relative(root, runtime.binary)}`, since);
+
+  since = performance.now();
   const commit = shortCommit();
   const result = await build({
     entryPoints: [path.join(root, "src", "sea-main.ts")],
@@ -91,7 +129,12 @@ async function main(): Promise<void> {
     // Minifying saves 0.3 MiB of a 104 MiB file and no measurable startup time
     // (code cache); readable stack traces from the field are worth more.
     minify: false,
-    define: { EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit) },
+    define: {
+      EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit),
+      EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
+      EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
+      EDGEPLUG_BUILD_CODE_CACHE: JSON.stringify(blobMaker.useCodeCache),
+    },
     // An empty import.meta in the bundle is a silent bug (a guard on import.meta.main never fires).
     logOverride: { "empty-import-meta": "error" },
     logLevel: "warning",
@@ -100,34 +143,27 @@ async function main(): Promise<void> {
   step("bundle", `${path.relative(root, bundleFile)} ${mib(fs.statSync(bundleFile).size)}, commit ${commit}`, since);
 
   since = performance.now();
-  const seaConfig = {
-    main: bundleFile,
-    output: blobFile,
-    disableExperimentalSEAWarning: true,
-    useCodeCache: true,
-    useSnapshot: false,
-    execArgv: ["--disable-sigusr1", ...SEA_V8_FLAGS],
-    execArgvExtension: "cli",
-  };
-  fs.writeFileSync(seaConfigFile, JSON.stringify(seaConfig, null, 2) + "\n");
+  const config = seaConfig({ bundle: bundleFile, blob: blobFile, useCodeCache: blobMaker.useCodeCache });
+  fs.writeFileSync(seaConfigFile, JSON.stringify(config, null, 2) + "\n");
+  const [maker, ...makerArgs] = blobMaker.command;
   // The code cache is made under the same V8 flags as the executable runs with:
   // V8 rejects a cache made under other flags (a warning on every start, and
   // every function compiled from source).
-  execFileSync(nodeBinary, [...SEA_V8_FLAGS, "--experimental-sea-config", seaConfigFile], { stdio: ["ignore", "pipe", "pipe"] });
-  step("blob", `${path.relative(root, blobFile)} ${mib(fs.statSync(blobFile).size)} by node ${nodeVersion}`, since);
+  execFileSync(maker!, [...makerArgs, ...SEA_V8_FLAGS, "--experimental-sea-config", seaConfigFile], { stdio: ["ignore", "pipe", "pipe"] });
+  step("blob", `${path.relative(root, blobFile)} ${mib(fs.statSync(blobFile).size)} by ${blobMaker.how}`, since);
 
   since = performance.now();
   fs.rmSync(unfinished, { force: true });
-  fs.copyFileSync(nodeBinary, unfinished);
+  fs.copyFileSync(runtime.binary, unfinished);
   fs.chmodSync(unfinished, 0o755);
-  const stripped = spawnSync("strip", [unfinished], { stdio: ["ignore", "ignore", "inherit"] });
-  const stripMissing = (stripped.error as NodeJS.ErrnoException | undefined)?.code === "ENOENT";
-  if (stripMissing) {
-    process.stdout.write("build: strip not found (binutils): the executable keeps Node's debug symbols (about 17 MiB more)\n");
-  } else if (stripped.status !== 0) {
-    throw new Error(`strip failed with status ${stripped.status}`);
+  const strip = stripFor(target);
+  if (strip === null) {
+    note(`no strip for ${target.triple} (Debian: binutils-${target.triple}): the executable keeps Node's symbols (about 18 MiB more)`);
+  } else {
+    const stripped = spawnSync(strip, [unfinished], { stdio: ["ignore", "ignore", "inherit"] });
+    if (stripped.status !== 0) throw new Error(`${strip} failed with status ${stripped.status}`);
   }
-  step("copy", `node ${mib(fs.statSync(unfinished).size)}${stripMissing ? "" : " stripped"}`, since);
+  step("copy", `node ${mib(fs.statSync(unfinished).size)}${strip === null ? "" : ` stripped by ${path.basename(strip)}`}`, since);
 
   since = performance.now();
   inject(unfinished, blobFile);
@@ -139,18 +175,27 @@ async function main(): Promise<void> {
   const copied = `${unfinished}.copy`;
   fs.copyFileSync(unfinished, copied);
   fs.rmSync(unfinished);
-  fs.renameSync(copied, executable); // rename, not overwrite: a running dist/edgeplug keeps its old inode
+  fs.renameSync(copied, executable); // rename, not overwrite: a running executable keeps its old inode
   step("inject", `${path.relative(root, executable)} ${mib(fs.statSync(executable).size)}`, since);
 
   since = performance.now();
-  const check = spawnSync(executable, ["--version"], { encoding: "utf8", env: {} });
-  if (check.status !== 0 || !check.stdout.startsWith("edgeplug ")) {
-    throw new Error(`dist/edgeplug --version failed (status ${check.status}): ${check.stderr || check.stdout}`);
+  const machine = elfMachine(executable);
+  if (machine !== target.elfMachine) {
+    throw new Error(`${path.relative(root, executable)}: ELF machine ${machine} is not ${target.elfMachineName} (${target.elfMachine})`);
   }
-  // Anything on stderr here (e.g. "Code cache data rejected") would greet every user of every command.
-  if (check.stderr !== "") throw new Error(`dist/edgeplug --version wrote to stderr: ${check.stderr}`);
-  step("check", check.stdout.trim(), since);
-  process.stdout.write(`build: done in ${((performance.now() - started) / 1000).toFixed(1)} s\n`);
+  if (runner === null) {
+    step("check", `ELF machine ${target.elfMachineName}; not run: ${missingRunnerHint(target)}`, since);
+  } else {
+    const check = runTargetBinary(runner, executable, ["--version"]);
+    const line = check.stdout.trim();
+    if (check.status !== 0 || !line.startsWith("edgeplug ") || !line.includes(` ${target.name} `)) {
+      throw new Error(`${path.relative(root, executable)} --version failed (status ${check.status}): ${check.stderr || check.stdout}`);
+    }
+    // Anything on stderr here (e.g. "Code cache data rejected") would greet every user of every command.
+    if (check.stderr !== "") throw new Error(`${path.relative(root, executable)} --version wrote to stderr: ${check.stderr}`);
+    step("check", `${line}${runner.prefix.length > 0 ? ` (${runner.description})` : ""}`, since);
+  }
+  note(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 }
 
 main().catch((error: unknown) => {

@@ -1,10 +1,11 @@
 /**
  * `edgeplug version` / `edgeplug --version`: SPEC.md section 1's one line,
  * and with `--verbose` the facts that tell how this copy runs (whether it is
- * the single executable, where it lives, which policy file it would read).
+ * the single executable, what it was built for and from, where it lives,
+ * which policy file it would read).
  */
 import fs from "node:fs";
-import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
+import { buildCommit, EDGEPLUG_VERSION, executableBuild } from "../platform/build-info.ts";
 import { executablePath, isSingleExecutable, platformTag, runtimeName, runtimeVersion } from "../platform/runtime.ts";
 import { parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
@@ -14,16 +15,29 @@ import { COMMON_OPTIONS_HELP } from "./help.ts";
 const usage = `Usage: edgeplug version [--verbose]
        edgeplug --version
 
-Prints one line: edgeplug VERSION RUNTIME vRUNTIME_VERSION OS-ARCH COMMIT.
+Prints one line: edgeplug VERSION RUNTIME vRUNTIME_VERSION OS-ARCH COMMIT
+(OS-ARCH is the executable's build target, e.g. linux-arm64).
 
 Options:
-  --verbose            add whether this is the single executable (sea), its path and the default policy path
+  --verbose            add whether this is the single executable (sea), its build target, the npm package
+                       of its embedded Node, whether it has a code cache, its path and the default policy path
 ${COMMON_OPTIONS_HELP}
 `;
 
-/** `edgeplug 0.1.0 node v24.21.0 linux-x64 3f2a9c1`, without a newline. */
+/**
+ * `edgeplug 0.1.0 node v24.21.0 linux-arm64 3f2a9c1`, without a newline. The
+ * platform is the executable's build target; from source, the running platform.
+ */
 export function versionLine(): string {
-  return `edgeplug ${EDGEPLUG_VERSION} ${runtimeName()} ${runtimeVersion()} ${platformTag()} ${buildCommit()}`;
+  const platform = executableBuild()?.target ?? platformTag();
+  return `edgeplug ${EDGEPLUG_VERSION} ${runtimeName()} ${runtimeVersion()} ${platform} ${buildCommit()}`;
+}
+
+/** The --verbose lines about the build: target, embedded runtime package, code cache. */
+function buildLines(): string[] {
+  const build = executableBuild();
+  if (build === null) return [`target: none (from source, running on ${platformTag()})`];
+  return [`target: ${build.target}`, `runtime package: ${build.runtimePackage}`, `code cache: ${build.codeCache ? "on" : "off"}`];
 }
 
 export const versionCommand: Command = {
@@ -39,6 +53,7 @@ export const versionCommand: Command = {
       const policyState = fs.existsSync(DEFAULT_POLICY_PATH) ? "present" : "absent: the embedded default applies";
       lines.push(
         `sea: ${isSingleExecutable()}`,
+        ...buildLines(),
         `executable: ${executablePath()}`,
         `default policy: ${DEFAULT_POLICY_PATH} (${policyState})`,
       );

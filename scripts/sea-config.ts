@@ -1,0 +1,52 @@
+/**
+ * THE place for the Node single-executable configuration of edgeplug
+ * (`node --experimental-sea-config`): every target's executable gets this
+ * configuration, and nothing else in the build sets Node flags. Edit the
+ * flags here (SEA_EXEC_ARGV for Node's, SEA_V8_FLAGS for V8's), not in
+ * scripts/build.ts.
+ */
+
+/**
+ * Node flags baked into the executable. `--disable-sigusr1`: SIGUSR1 must
+ * not open the inspector in a root agent (issue 7; test/sea-inspector.test.ts).
+ */
+export const SEA_EXEC_ARGV: readonly string[] = ["--disable-sigusr1"];
+
+/**
+ * V8 flags the executable always runs with, chosen for a small, flat RSS
+ * (`npm run bench -- registration`, README "Memory"): an agent that mostly
+ * waits needs neither a 16 MiB young generation nor optimising compilers.
+ * - `--max-semi-space-size=2`: young generation of 2 MiB semi-spaces
+ *   instead of up to 16 MiB (1 MiB saved no more and made a 100-socket
+ *   registration burst cost about twice the CPU in scavenges);
+ * - `--optimize-for-size`: slower heap growth and an eager memory reducer,
+ *   which keeps RSS flat over plugin churn instead of growing to 250+ MiB;
+ * - `--no-opt --no-maglev`: interpreter and Sparkplug only, so the compilers'
+ *   code pages and optimised code never become resident.
+ * The blob is made under the same flags (scripts/build.ts): V8 rejects a code
+ * cache made under other flags.
+ */
+export const SEA_V8_FLAGS: readonly string[] = ["--max-semi-space-size=2", "--optimize-for-size", "--no-opt", "--no-maglev"];
+
+/**
+ * "cli": NODE_OPTIONS from the environment is ignored, and Node flags are
+ * accepted only through `--node-options=...` as the first argument, the
+ * documented debug switch (docs/install.md).
+ */
+export const SEA_EXEC_ARGV_EXTENSION = "cli";
+
+/** The configuration file's content for one target's blob. */
+export function seaConfig(options: { bundle: string; blob: string; useCodeCache: boolean }): Record<string, unknown> {
+  return {
+    main: options.bundle,
+    output: options.blob,
+    disableExperimentalSEAWarning: true,
+    // The code cache is V8 code for the CPU that makes the blob: only valid when
+    // the blob is made by the target's own node binary (natively or under qemu).
+    useCodeCache: options.useCodeCache,
+    // A startup snapshot fails when http2 is loaded at snapshot time (runtime-notes).
+    useSnapshot: false,
+    execArgv: [...SEA_EXEC_ARGV, ...SEA_V8_FLAGS],
+    execArgvExtension: SEA_EXEC_ARGV_EXTENSION,
+  };
+}
