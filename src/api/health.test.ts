@@ -90,3 +90,25 @@ test("ready only when every gate is done, including gates added later", () => {
   health.addGate("checkpoint-restored");
   assert.equal(health.readiness().ok, true, "re-adding a done gate keeps it done");
 });
+
+test("whenReady resolves when the last gate is done, whichever it is, and waits again for a gate added later", async () => {
+  const health = createHealth({ resyncMs: 10_000, gates: ["initial-walk", "api-serving"] });
+  const order: string[] = [];
+  const first = health.whenReady().then(() => order.push("ready"));
+  health.markDone("api-serving");
+  await Promise.resolve();
+  order.push("api-serving done");
+  health.markDone("initial-walk");
+  await first;
+  assert.deepEqual(order, ["api-serving done", "ready"]);
+
+  await health.whenReady(); // already ready: at once
+  health.addGate("checkpoint-restored");
+  let readyAgain = false;
+  const second = health.whenReady().then(() => (readyAgain = true));
+  await Promise.resolve();
+  assert.equal(readyAgain, false, "a new gate is not done yet");
+  health.markDone("checkpoint-restored");
+  await second;
+  assert.equal(readyAgain, true);
+});

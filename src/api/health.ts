@@ -60,6 +60,11 @@ export interface Health {
   liveness(): Verdict;
   /** ok when every gate is done. */
   readiness(): Verdict;
+  /**
+   * Resolves once every gate is done (at once when they all are), whichever
+   * gate is last: what a service manager's readiness notification waits for.
+   */
+  whenReady(): Promise<void>;
 }
 
 /** Creates the agent's health state. */
@@ -71,6 +76,8 @@ export function createHealth(options: HealthOptions): Health {
   for (const source of options.heartbeats ?? []) lastBeat.set(source, now());
   const gates = new Map<string, boolean>();
   for (const gate of options.gates ?? []) gates.set(gate, false);
+  const allDone = () => [...gates.values()].every(Boolean);
+  let readyWaiters: Array<() => void> = [];
 
   return {
     heartbeat(source) {
@@ -79,6 +86,11 @@ export function createHealth(options: HealthOptions): Health {
     },
     markDone(gate) {
       gates.set(gate, true);
+      if (readyWaiters.length > 0 && allDone()) {
+        const waiters = readyWaiters;
+        readyWaiters = [];
+        for (const wake of waiters) wake();
+      }
     },
     addGate(gate) {
       if (!gates.has(gate)) gates.set(gate, false);
@@ -104,6 +116,10 @@ export function createHealth(options: HealthOptions): Health {
     readiness() {
       const checks = [...gates].map(([name, done]): Check => ({ name, ok: done, detail: done ? "ok" : "not done" }));
       return { ok: checks.every((check) => check.ok), checks };
+    },
+    whenReady() {
+      if (allDone()) return Promise.resolve();
+      return new Promise<void>((resolve) => readyWaiters.push(resolve));
     },
   };
 }

@@ -9,6 +9,7 @@ import { EdgeplugAgent } from "../agent.ts";
 import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
 import { printable } from "../log/printable.ts";
+import { serviceNotifier } from "../platform/sd-notify.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
@@ -97,13 +98,28 @@ async function loadPolicy(configPath: string | undefined, output: "text" | "json
   }
 }
 
+/** How long stopping waits for the last systemd notification (SPEC: the agent exits within 2 s). */
+const NOTIFY_GRACE_MS = 1000;
+
 async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {
   const agent = new EdgeplugAgent({ policy, log: io.log });
-  if (!(await started(() => agent.start(), io))) return EXIT_FAILURE;
+  // Under systemd (Type=notify): READY=1 once every readiness gate of /readyz is done.
+  const notifier = serviceNotifier({ env: process.env, log: io.log });
+  if (!(await started(() => agent.start(), io))) {
+    await notifier?.close(0);
+    return EXIT_FAILURE;
+  }
+  void agent.health.whenReady().then(() => notifier?.ready());
   // SIGHUP re-reads the policy; reloads run one at a time, in arrival order.
   let reloads = Promise.resolve();
   const onHangup = () => {
-    reloads = reloads.then(() => reloadPolicy(agent, configPath, io.log));
+    void notifier?.reloading();
+    reloads = reloads.then(async () => {
+      await reloadPolicy(agent, configPath, io.log);
+      // Applied or refused, the reload is over: the agent runs a policy again.
+      await agent.health.whenReady();
+      void notifier?.ready();
+    });
   };
   process.on("SIGHUP", onHangup);
   try {
@@ -112,8 +128,10 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
     process.off("SIGHUP", onHangup);
   }
   io.log.info("stopping", { reason: String(io.signal.reason?.message ?? io.signal.reason) });
+  void notifier?.stopping();
   await reloads;
   await agent.stop();
+  await notifier?.close(NOTIFY_GRACE_MS);
   return EXIT_OK;
 }
 
