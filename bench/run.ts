@@ -22,6 +22,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   unary: () => import("./unary.ts"),
   api: () => import("./api.ts"),
   policy: () => import("./policy.ts"),
+  targets: () => import("./targets.ts"),
 };
 
 async function main(): Promise<number> {
