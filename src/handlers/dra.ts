@@ -60,6 +60,8 @@ export class DraDrivers {
   /** The handler for the DRAPlugin type: a view of this registry. */
   handler(_policy: HandlerPolicy | undefined, context: DraHandlerContext): PluginHandler {
     return {
+      // The service connection of each instance reports its loss (connectionLost).
+      watchesConnection: true,
       validatePlugin: async (plugin) => {
         chooseService(plugin.versions);
         this.#refuseTakenEndpoint(plugin);

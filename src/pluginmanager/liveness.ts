@@ -1,13 +1,19 @@
 /**
- * Liveness of registered plugins (SPEC.md section 6): a handler that keeps
- * a connection to its plugin (device plugins, DRA) reports its loss; the
- * plugin is then deregistered, marked `stale` with an event, and registered
- * again after a backoff window, like any stale socket.
+ * Liveness of registered plugins (SPEC.md section 6). A handler that keeps
+ * a connection to its plugin (device plugins, DRA) reports its loss; every
+ * other registered plugin is dialled every `reconcile.liveness.interval`
+ * when the policy turns that on: connect and HTTP/2 handshake, no call, so
+ * a plugin still sees one GetInfo and one Notify per registration, as with
+ * the kubelet. A plugin found dead (its socket refuses or is gone) or whose
+ * connection was lost is deregistered, marked `stale` with an event, and
+ * registered again after a backoff window, like any stale socket.
  */
-import type { OperationExecutor } from "./operations.ts";
+import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
+import type { Clock, OperationExecutor } from "./operations.ts";
 import type { PluginStatusCache } from "./plugin-status.ts";
 import type { RegistrationContext } from "./registration.ts";
-import { unregisterPlugin } from "./registration.ts";
+import { staleSocket, unregisterPlugin } from "./registration.ts";
 import type { RegisteredPlugin } from "./state.ts";
 import type { Failure, PluginRegistration } from "./types.ts";
 
@@ -15,25 +21,46 @@ export interface LivenessOptions {
   context: RegistrationContext;
   executor: OperationExecutor;
   status: PluginStatusCache;
+  clock: Clock;
 }
+
+/** Dials in flight at once: a pass over thousands of plugins never holds thousands of descriptors. */
+const MAX_CONCURRENT_DIALS = 8;
 
 export class PluginLiveness {
   readonly #options: LivenessOptions;
   /** Losses reported while the socket's operation was still running: applied when it ends. */
   readonly #lostWhileRunning = new Map<string, { plugin: PluginRegistration; error: string }>();
+  readonly #dialling = new Set<UnixChannel>();
   #running = false;
+  #intervalMs = 0;
+  #cancelTimer: () => void = () => {};
 
   constructor(options: LivenessOptions) {
     this.#options = options;
   }
 
+  /** Starts reacting to losses and, when the policy asks, the periodic dial. */
   start(): void {
     this.#running = true;
+    this.policyChanged();
   }
 
+  /** Stops the periodic dial (closing dials in flight) and ignores losses from now on. */
   stop(): void {
     this.#running = false;
+    this.#cancelTimer();
+    for (const channel of this.#dialling) channel.close();
     this.#lostWhileRunning.clear();
+  }
+
+  /** Re-arms the periodic dial when the policy's interval changed (0: off). */
+  policyChanged(): void {
+    const intervalMs = this.#options.context.policy.reconcile.liveness.intervalMs;
+    if (!this.#running || intervalMs === this.#intervalMs) return;
+    this.#intervalMs = intervalMs;
+    this.#cancelTimer();
+    this.#arm();
   }
 
   /**
@@ -57,6 +84,45 @@ export class PluginLiveness {
     const lost = this.#lostWhileRunning.get(socket);
     this.#lostWhileRunning.delete(socket);
     if (lost) this.connectionLost(lost.plugin, lost.error);
+  }
+
+  /** The next pass starts an interval after the previous one ended, so passes never overlap. */
+  #arm(): void {
+    this.#cancelTimer = () => {};
+    if (this.#intervalMs === 0) return;
+    this.#cancelTimer = this.#options.clock.setTimer(() => {
+      void this.#pass().then(() => {
+        if (this.#running) this.#arm();
+      });
+    }, this.#intervalMs);
+  }
+
+  async #pass(): Promise<void> {
+    const { context, executor } = this.#options;
+    const due = context.asw.plugins().filter((plugin) => !plugin.handler.watchesConnection && !executor.isRunning(plugin.socket));
+    const worker = async () => {
+      for (let plugin = due.shift(); plugin && this.#running; plugin = due.shift()) await this.#check(plugin);
+    };
+    await Promise.all(Array.from({ length: Math.min(MAX_CONCURRENT_DIALS, due.length) }, worker));
+  }
+
+  async #check(plugin: RegisteredPlugin): Promise<void> {
+    const channel = dialUnix(plugin.socket, { connectTimeoutMs: this.#options.context.policy.reconcile.timeouts.dialMs });
+    this.#dialling.add(channel);
+    let dead = false;
+    try {
+      await channel.connect();
+    } catch (error) {
+      // Only a socket that refuses, or is gone, is dead; a slow or busy plugin is not.
+      const failure = classifyRpcError(error);
+      dead = failure === "stale" || failure === "missing";
+    } finally {
+      channel.close();
+      this.#dialling.delete(channel);
+    }
+    const { context, executor } = this.#options;
+    if (!dead || !this.#running || context.asw.get(plugin.socket) !== plugin || executor.isRunning(plugin.socket)) return;
+    this.#markStale(plugin, staleSocket(plugin.socket), "plugin socket is stale");
   }
 
   #registered(registration: PluginRegistration): RegisteredPlugin | undefined {

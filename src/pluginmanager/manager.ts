@@ -84,7 +84,7 @@ export class PluginManager {
     });
     this.#status = status;
     this.#executor = executor;
-    this.#liveness = new PluginLiveness({ context: this.#context, executor, status });
+    this.#liveness = new PluginLiveness({ context: this.#context, executor, status, clock });
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
     this.#reconciler = new Reconciler({
       dsw: this.#dsw,
@@ -134,7 +134,8 @@ export class PluginManager {
    * in flight finishes under the policy it started with, then its outcome
    * is checked against the new one. A lowered `security.maxPlugins`
    * deregisters nothing (as the kubelet keeps what it has). Backoff and
-   * timeouts apply to the next attempts. Does nothing once stopped.
+   * timeouts apply to the next attempts; a new liveness interval re-arms its
+   * timer. Does nothing once stopped.
    */
   applyPolicy(policy: Policy): void {
     if (this.#phase === "stopped") return;
@@ -143,6 +144,7 @@ export class PluginManager {
     this.#context.handlers = new HandlerSet(policy, this.#factories, this.#handlerContext, previous.handlers);
     this.#executor.setBackoff(policy.reconcile.backoff);
     this.#reconciler.setResyncPeriod(policy.reconcile.resyncMs);
+    this.#liveness.policyChanged();
     if (this.#phase === "new") return this.#watcher.setDirs(policy.watch);
     this.#context.handlers.logUnavailable(this.#log, previous.handlers);
     logWatchChanges(this.#log, previous.policy.watch, policy.watch);

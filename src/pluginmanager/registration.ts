@@ -134,6 +134,11 @@ export async function registerPlugin(
   }
 }
 
+/** A socket that refuses connections: its plugin died and left it. */
+export function staleSocket(socket: string): Refusal {
+  return { reason: "stale", error: `RegisterPlugin error -- dial failed at socket ${socket}, err: connection refused (stale socket: no plugin is listening)` };
+}
+
 /** A failed (or, when nothing listens, stale) outcome. */
 function failed(refusal: Refusal, info: PluginInfoSummary | null): AttemptOutcome {
   return { state: refusal.reason === "stale" ? "stale" : "failed", ...refusal, info };
@@ -242,10 +247,7 @@ async function getInfoFailure(
   refuse: (refusal: Refusal) => Promise<AttemptOutcome>,
 ): Promise<AttemptOutcome> {
   const failure = classifyRpcError(error);
-  if (failure === "stale") {
-    const text = `RegisterPlugin error -- dial failed at socket ${socket}, err: connection refused (stale socket: no plugin is listening)`;
-    return failed({ reason: "stale", error: text }, null);
-  }
+  if (failure === "stale") return failed(staleSocket(socket), null);
   if (failure === "missing") return failed({ reason: "socket_missing", error: `socket ${socket} no longer exists` }, null);
   if (failure === "oversize") {
     const limit = `${PLUGIN_INFO_LIMITS.answerBytes / 1024} KiB`;

@@ -38,6 +38,7 @@ export interface FilledPolicy {
     resync: string;
     backoff: { initial: string; max: string };
     timeouts: { dial: string; getInfo: string; notify: string };
+    liveness: { interval: string };
   };
   security: { socketOwners?: number[]; maxPlugins: number; maxDevicesPerResource: number };
   api: { socket: string | null; socketGroup: string | null; metrics: string | null };
@@ -82,6 +83,7 @@ export function toPolicy(data: FilledPolicy, handlerOrder: readonly string[], so
         getInfoMs: parseDuration(reconcile.timeouts.getInfo),
         notifyMs: parseDuration(reconcile.timeouts.notify),
       },
+      liveness: { intervalMs: parseDuration(reconcile.liveness.interval) },
     },
     security: {
       socketOwners: security.socketOwners ? [...security.socketOwners] : defaultSocketOwners(),
@@ -135,6 +137,7 @@ export function policyToData(policy: Policy): Record<string, unknown> {
         getInfo: ms(policy.reconcile.timeouts.getInfoMs),
         notify: ms(policy.reconcile.timeouts.notifyMs),
       },
+      liveness: { interval: ms(policy.reconcile.liveness.intervalMs) },
     },
     security: { ...policy.security, socketOwners: [...policy.security.socketOwners] },
     api: { ...policy.api },

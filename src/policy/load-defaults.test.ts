@@ -42,6 +42,7 @@ test("a minimal policy gets every default", () => {
       resyncMs: 10_000,
       backoff: { initialMs: 500, maxMs: 122_000 },
       timeouts: { dialMs: 10_000, getInfoMs: 1_000, notifyMs: 5_000 },
+      liveness: { intervalMs: 0 },
     },
     security: { socketOwners: uid === 0 ? [0] : [0, uid], maxPlugins: 1024, maxDevicesPerResource: 100_000 },
     api: { socket: "/run/edgeplug/api.sock", socketGroup: null, metrics: null },
@@ -64,7 +65,7 @@ handlers:
   "42": { kind: generic }
   DevicePlugin:
 devicePlugins: { registrationSocket: null, gracePeriod: "0" }
-reconcile: { resync: 1h, backoff: { initial: 1.5s, max: 1m }, timeouts: { dial: 250ms, getInfo: 2s, notify: 3s } }
+reconcile: { resync: 1h, backoff: { initial: 1.5s, max: 1m }, timeouts: { dial: 250ms, getInfo: 2s, notify: 3s }, liveness: { interval: 30s } }
 security: { socketOwners: [1000], maxPlugins: 3, maxDevicesPerResource: 8 }
 api: { socket: null, socketGroup: edgeplug, metrics: "[::1]:9478" }
 log: { level: debug, format: text }
@@ -96,6 +97,7 @@ log: { level: debug, format: text }
     resyncMs: 3_600_000,
     backoff: { initialMs: 1500, maxMs: 60_000 },
     timeouts: { dialMs: 250, getInfoMs: 2000, notifyMs: 3000 },
+    liveness: { intervalMs: 30_000 },
   });
   assert.deepEqual(policy.security, { socketOwners: [1000], maxPlugins: 3, maxDevicesPerResource: 8 });
   assert.deepEqual(policy.api, { socket: null, socketGroup: "edgeplug", metrics: "[::1]:9478" });

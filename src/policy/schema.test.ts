@@ -43,6 +43,7 @@ test("the validator fills every default into a minimal policy, sections left out
     resync: "10s",
     backoff: { initial: "500ms", max: "1m" },
     timeouts: { dial: "10s", getInfo: "1s", notify: "5s" },
+    liveness: { interval: "0s" },
   });
   assert.deepEqual(data.handlers.CSIPlugin, { allow: ["*"], deny: [] });
   assert.deepEqual(data.api, { socket: "/run/edgeplug/api.sock", socketGroup: null, metrics: null });

@@ -196,6 +196,9 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
         getInfo: duration("The GetInfo call", "1s"),
         notify: duration("The NotifyRegistrationStatus call", "5s"),
       }),
+      liveness: section("Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)", {
+        interval: duration("Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off", "0s"),
+      }),
     }),
     security: section("Limits on what plugins may do", {
       socketOwners: expecting("a non-empty list of uids", {

@@ -50,6 +50,8 @@ export interface Policy {
     resyncMs: number;
     backoff: { initialMs: number; maxMs: number };
     timeouts: { dialMs: number; getInfoMs: number; notifyMs: number };
+    /** 0: no periodic liveness dial of registered plugins. */
+    liveness: { intervalMs: number };
   };
   security: {
     /** uids allowed to own a registration socket. */

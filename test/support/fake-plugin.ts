@@ -43,6 +43,8 @@ export interface FakePlugin {
   notifications(): Notification[];
   /** Resolves with the first notification (already received or not) matching `predicate`. */
   waitForNotify(predicate?: (notification: Notification) => boolean, timeoutMs?: number): Promise<Notification>;
+  /** Resolves once `count` connections were accepted; counted only for a plugin given `listenDelayMs` (its own listener). */
+  waitForConnections(count: number, timeoutMs?: number): Promise<void>;
   /** Resolves once `count` GetInfo calls have arrived. */
   waitForGetInfo(count?: number, timeoutMs?: number): Promise<void>;
   /** Closes every open connection (the server keeps listening). */
@@ -58,6 +60,7 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
   const events = new EventEmitter();
   const notifications: Notification[] = [];
   let getInfoCalls = 0;
+  let connections = 0;
   const server = new grpc.Server();
   server.addService(registrationService, {
     GetInfo(_call: unknown, callback: grpc.sendUnaryData<unknown>) {
@@ -93,7 +96,11 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
     );
   } else {
     const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-    stopListening = bindThenListen(options.socketPath, options.listenDelayMs, (connection) => injector.injectConnection(connection));
+    stopListening = bindThenListen(options.socketPath, options.listenDelayMs, (connection) => {
+      connections++;
+      events.emit("change");
+      injector.injectConnection(connection);
+    });
     dropConnections = () => injector.drain(0);
   }
   const waitFor = (what: string, check: () => boolean, timeoutMs = 5000) =>
@@ -106,6 +113,8 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
       await waitFor(`a notification at ${options.socketPath}`, () => notifications.some(predicate), timeoutMs);
       return notifications.find(predicate)!;
     },
+    waitForConnections: (count, timeoutMs) =>
+      waitFor(`${count} connections at ${options.socketPath}`, () => connections >= count, timeoutMs),
     waitForGetInfo: (count = 1, timeoutMs) =>
       waitFor(`${count} GetInfo calls at ${options.socketPath}`, () => getInfoCalls >= count, timeoutMs),
     dropConnections: () => dropConnections(),

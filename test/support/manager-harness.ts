@@ -59,6 +59,15 @@ export async function until(manager: PluginManager, predicate: (plugins: PluginR
   assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
 }
 
+/**
+ * Resolves once the operation that recorded the last outcome has ended too:
+ * an outcome is recorded a few promise turns before its operation returns
+ * (after which a socket counts as idle, e.g. for the liveness dial).
+ */
+export function operationsEnded(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** The manager's record of `socket`, if it has one. */
 export function record(manager: PluginManager, socket: string): PluginRecord | undefined {
   return manager.plugins().find((p) => p.socket === socket);

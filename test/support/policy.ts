@@ -13,6 +13,8 @@ export interface TestPolicyOptions {
   resyncMs?: number;
   backoff?: { initialMs: number; maxMs: number };
   timeouts?: Partial<Policy["reconcile"]["timeouts"]>;
+  /** reconcile.liveness.interval; default 0 (off). */
+  livenessMs?: number;
   socketOwners?: number[];
   maxPlugins?: number;
   /** Default: `state/kubelet_internal_checkpoint` beside the first watch dir (tests watch `<tempDir>/registry`). */
@@ -38,6 +40,7 @@ export function testPolicy(options: TestPolicyOptions): Policy {
       resyncMs: options.resyncMs ?? 3_600_000,
       backoff: options.backoff ?? { initialMs: 20, maxMs: 200 },
       timeouts: { dialMs: 2000, getInfoMs: 1000, notifyMs: 2000, ...options.timeouts },
+      liveness: { intervalMs: options.livenessMs ?? 0 },
     },
     security: { socketOwners: options.socketOwners ?? [0], maxPlugins: options.maxPlugins ?? 1024, maxDevicesPerResource: 100_000 },
     api: { socket: null, socketGroup: null, metrics: null },

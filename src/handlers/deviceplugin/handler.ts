@@ -18,6 +18,8 @@ export interface ConnectionLostContext {
 }
 
 export class DevicePluginHandler implements PluginHandler {
+  /** Its ListAndWatch stream reports the plugin's death (connectionLost). */
+  readonly watchesConnection = true;
   readonly policy: HandlerPolicy;
   readonly #manager: DeviceManager;
   readonly #context: ConnectionLostContext | undefined;

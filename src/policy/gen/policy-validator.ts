@@ -3,11 +3,11 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (SPEC.md section 2)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (SPEC.md section 2)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^/", "u");
 const pattern2 = new RegExp("^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$", "u");
-const pattern11 = new RegExp("^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$", "u");
+const pattern12 = new RegExp("^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$", "u");
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -1045,8 +1045,11 @@ data43.backoff = {};
 if(data43.timeouts === undefined){
 data43.timeouts = {};
 }
+if(data43.liveness === undefined){
+data43.liveness = {};
+}
 for(const key10 in data43){
-if(!(((key10 === "resync") || (key10 === "backoff")) || (key10 === "timeouts"))){
+if(!((((key10 === "resync") || (key10 === "backoff")) || (key10 === "timeouts")) || (key10 === "liveness"))){
 const err76 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key10},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err76];
@@ -1260,9 +1263,14 @@ vErrors.push(err92);
 }
 errors++;
 }
+let data52 = data43.liveness;
+if(data52 && typeof data52 == "object" && !Array.isArray(data52)){
+if(data52.interval === undefined){
+data52.interval = "0s";
 }
-else {
-const err93 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
+for(const key13 in data52){
+if(!(key13 === "interval")){
+const err93 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err93];
 }
@@ -1271,17 +1279,11 @@ vErrors.push(err93);
 }
 errors++;
 }
-let data52 = data.security;
-if(data52 && typeof data52 == "object" && !Array.isArray(data52)){
-if(data52.maxPlugins === undefined){
-data52.maxPlugins = 1024;
 }
-if(data52.maxDevicesPerResource === undefined){
-data52.maxDevicesPerResource = 100000;
-}
-for(const key13 in data52){
-if(!(((key13 === "socketOwners") || (key13 === "maxPlugins")) || (key13 === "maxDevicesPerResource"))){
-const err94 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
+let data53 = data52.interval;
+if(typeof data53 === "string"){
+if(!pattern2.test(data53)){
+const err94 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err94];
 }
@@ -1291,11 +1293,8 @@ vErrors.push(err94);
 errors++;
 }
 }
-if(data52.socketOwners !== undefined){
-let data53 = data52.socketOwners;
-if(Array.isArray(data53)){
-if(data53.length < 1){
-const err95 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+else {
+const err95 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err95];
 }
@@ -1304,11 +1303,9 @@ vErrors.push(err95);
 }
 errors++;
 }
-const len14 = data53.length;
-for(let i15=0; i15<len14; i15++){
-let data54 = data53[i15];
-if(!(((typeof data54 == "number") && (!(data54 % 1) && !isNaN(data54))) && (isFinite(data54)))){
-const err96 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+}
+else {
+const err96 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err96];
 }
@@ -1317,9 +1314,9 @@ vErrors.push(err96);
 }
 errors++;
 }
-if((typeof data54 == "number") && (isFinite(data54))){
-if(data54 > 4294967295 || isNaN(data54)){
-const err97 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
+}
+else {
+const err97 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err97];
 }
@@ -1328,8 +1325,17 @@ vErrors.push(err97);
 }
 errors++;
 }
-if(data54 < 0 || isNaN(data54)){
-const err98 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+let data54 = data.security;
+if(data54 && typeof data54 == "object" && !Array.isArray(data54)){
+if(data54.maxPlugins === undefined){
+data54.maxPlugins = 1024;
+}
+if(data54.maxDevicesPerResource === undefined){
+data54.maxDevicesPerResource = 100000;
+}
+for(const key14 in data54){
+if(!(((key14 === "socketOwners") || (key14 === "maxPlugins")) || (key14 === "maxDevicesPerResource"))){
+const err98 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err98];
 }
@@ -1339,10 +1345,11 @@ vErrors.push(err98);
 errors++;
 }
 }
-}
-}
-else {
-const err99 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data54.socketOwners !== undefined){
+let data55 = data54.socketOwners;
+if(Array.isArray(data55)){
+if(data55.length < 1){
+const err99 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err99];
 }
@@ -1351,10 +1358,11 @@ vErrors.push(err99);
 }
 errors++;
 }
-}
-let data55 = data52.maxPlugins;
-if(!(((typeof data55 == "number") && (!(data55 % 1) && !isNaN(data55))) && (isFinite(data55)))){
-const err100 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const len14 = data55.length;
+for(let i15=0; i15<len14; i15++){
+let data56 = data55[i15];
+if(!(((typeof data56 == "number") && (!(data56 % 1) && !isNaN(data56))) && (isFinite(data56)))){
+const err100 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err100];
 }
@@ -1363,9 +1371,9 @@ vErrors.push(err100);
 }
 errors++;
 }
-if((typeof data55 == "number") && (isFinite(data55))){
-if(data55 < 1 || isNaN(data55)){
-const err101 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if((typeof data56 == "number") && (isFinite(data56))){
+if(data56 > 4294967295 || isNaN(data56)){
+const err101 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
 if(vErrors === null){
 vErrors = [err101];
 }
@@ -1374,10 +1382,8 @@ vErrors.push(err101);
 }
 errors++;
 }
-}
-let data56 = data52.maxDevicesPerResource;
-if(!(((typeof data56 == "number") && (!(data56 % 1) && !isNaN(data56))) && (isFinite(data56)))){
-const err102 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(data56 < 0 || isNaN(data56)){
+const err102 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err102];
 }
@@ -1386,9 +1392,11 @@ vErrors.push(err102);
 }
 errors++;
 }
-if((typeof data56 == "number") && (isFinite(data56))){
-if(data56 < 1 || isNaN(data56)){
-const err103 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+}
+}
+}
+else {
+const err103 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err103];
 }
@@ -1398,9 +1406,9 @@ vErrors.push(err103);
 errors++;
 }
 }
-}
-else {
-const err104 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data57 = data54.maxPlugins;
+if(!(((typeof data57 == "number") && (!(data57 % 1) && !isNaN(data57))) && (isFinite(data57)))){
+const err104 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err104];
 }
@@ -1409,20 +1417,9 @@ vErrors.push(err104);
 }
 errors++;
 }
-let data57 = data.api;
-if(data57 && typeof data57 == "object" && !Array.isArray(data57)){
-if(data57.socket === undefined){
-data57.socket = "/run/edgeplug/api.sock";
-}
-if(data57.socketGroup === undefined){
-data57.socketGroup = null;
-}
-if(data57.metrics === undefined){
-data57.metrics = null;
-}
-for(const key14 in data57){
-if(!(((key14 === "socket") || (key14 === "socketGroup")) || (key14 === "metrics"))){
-const err105 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
+if((typeof data57 == "number") && (isFinite(data57))){
+if(data57 < 1 || isNaN(data57)){
+const err105 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err105];
 }
@@ -1432,9 +1429,9 @@ vErrors.push(err105);
 errors++;
 }
 }
-let data58 = data57.socket;
-if((typeof data58 !== "string") && (data58 !== null)){
-const err106 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
+let data58 = data54.maxDevicesPerResource;
+if(!(((typeof data58 == "number") && (!(data58 % 1) && !isNaN(data58))) && (isFinite(data58)))){
+const err106 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err106];
 }
@@ -1443,9 +1440,9 @@ vErrors.push(err106);
 }
 errors++;
 }
-if(typeof data58 === "string"){
-if(!pattern0.test(data58)){
-const err107 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if((typeof data58 == "number") && (isFinite(data58))){
+if(data58 < 1 || isNaN(data58)){
+const err107 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err107];
 }
@@ -1455,9 +1452,9 @@ vErrors.push(err107);
 errors++;
 }
 }
-let data59 = data57.socketGroup;
-if((typeof data59 !== "string") && (data59 !== null)){
-const err108 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
+}
+else {
+const err108 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err108];
 }
@@ -1466,9 +1463,20 @@ vErrors.push(err108);
 }
 errors++;
 }
-if(typeof data59 === "string"){
-if(data59.length < 1){
-const err109 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+let data59 = data.api;
+if(data59 && typeof data59 == "object" && !Array.isArray(data59)){
+if(data59.socket === undefined){
+data59.socket = "/run/edgeplug/api.sock";
+}
+if(data59.socketGroup === undefined){
+data59.socketGroup = null;
+}
+if(data59.metrics === undefined){
+data59.metrics = null;
+}
+for(const key15 in data59){
+if(!(((key15 === "socket") || (key15 === "socketGroup")) || (key15 === "metrics"))){
+const err109 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err109];
 }
@@ -1478,9 +1486,9 @@ vErrors.push(err109);
 errors++;
 }
 }
-let data60 = data57.metrics;
+let data60 = data59.socket;
 if((typeof data60 !== "string") && (data60 !== null)){
-const err110 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
+const err110 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err110];
 }
@@ -1490,8 +1498,8 @@ vErrors.push(err110);
 errors++;
 }
 if(typeof data60 === "string"){
-if(!pattern11.test(data60)){
-const err111 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
+if(!pattern0.test(data60)){
+const err111 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err111];
 }
@@ -1501,9 +1509,9 @@ vErrors.push(err111);
 errors++;
 }
 }
-}
-else {
-const err112 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data61 = data59.socketGroup;
+if((typeof data61 !== "string") && (data61 !== null)){
+const err112 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err112];
 }
@@ -1512,17 +1520,9 @@ vErrors.push(err112);
 }
 errors++;
 }
-let data61 = data.log;
-if(data61 && typeof data61 == "object" && !Array.isArray(data61)){
-if(data61.level === undefined){
-data61.level = "info";
-}
-if(data61.format === undefined){
-data61.format = "json";
-}
-for(const key15 in data61){
-if(!((key15 === "level") || (key15 === "format"))){
-const err113 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
+if(typeof data61 === "string"){
+if(data61.length < 1){
+const err113 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err113];
 }
@@ -1532,9 +1532,9 @@ vErrors.push(err113);
 errors++;
 }
 }
-let data62 = data61.level;
-if(typeof data62 !== "string"){
-const err114 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data62 = data59.metrics;
+if((typeof data62 !== "string") && (data62 !== null)){
+const err114 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err114];
 }
@@ -1543,8 +1543,9 @@ vErrors.push(err114);
 }
 errors++;
 }
-if(!((((data62 === "debug") || (data62 === "info")) || (data62 === "warn")) || (data62 === "error"))){
-const err115 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
+if(typeof data62 === "string"){
+if(!pattern12.test(data62)){
+const err115 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
 if(vErrors === null){
 vErrors = [err115];
 }
@@ -1553,9 +1554,10 @@ vErrors.push(err115);
 }
 errors++;
 }
-let data63 = data61.format;
-if(typeof data63 !== "string"){
-const err116 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+}
+else {
+const err116 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err116];
 }
@@ -1564,8 +1566,17 @@ vErrors.push(err116);
 }
 errors++;
 }
-if(!((data63 === "json") || (data63 === "text"))){
-const err117 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
+let data63 = data.log;
+if(data63 && typeof data63 == "object" && !Array.isArray(data63)){
+if(data63.level === undefined){
+data63.level = "info";
+}
+if(data63.format === undefined){
+data63.format = "json";
+}
+for(const key16 in data63){
+if(!((key16 === "level") || (key16 === "format"))){
+const err117 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err117];
 }
@@ -1575,8 +1586,9 @@ vErrors.push(err117);
 errors++;
 }
 }
-else {
-const err118 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data64 = data63.level;
+if(typeof data64 !== "string"){
+const err118 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err118];
 }
@@ -1585,14 +1597,56 @@ vErrors.push(err118);
 }
 errors++;
 }
-}
-else {
-const err119 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(!((((data64 === "debug") || (data64 === "info")) || (data64 === "warn")) || (data64 === "error"))){
+const err119 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err119];
 }
 else {
 vErrors.push(err119);
+}
+errors++;
+}
+let data65 = data63.format;
+if(typeof data65 !== "string"){
+const err120 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err120];
+}
+else {
+vErrors.push(err120);
+}
+errors++;
+}
+if(!((data65 === "json") || (data65 === "text"))){
+const err121 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err121];
+}
+else {
+vErrors.push(err121);
+}
+errors++;
+}
+}
+else {
+const err122 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err122];
+}
+else {
+vErrors.push(err122);
+}
+errors++;
+}
+}
+else {
+const err123 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err123];
+}
+else {
+vErrors.push(err123);
 }
 errors++;
 }
