@@ -15,7 +15,7 @@ import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { handlerFactories } from "./handlers/factories.ts";
-import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
+import { DeviceManager, type DeviceChange, type DeviceSettings } from "./handlers/deviceplugin/manager.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
@@ -30,6 +30,20 @@ import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manag
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "./handlers/factories.ts";
+
+/** What the device manager takes from a policy (at start and on every reload). */
+export function deviceSettings(policy: Policy): DeviceSettings {
+  return {
+    gracePeriodMs: policy.devicePlugins.gracePeriodMs,
+    maxDevicesPerResource: policy.security.maxDevicesPerResource,
+    dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+    endpointRules: {
+      socketOwners: policy.security.socketOwners,
+      watchDirs: policy.watch.map((dir) => dir.path),
+      ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
+    },
+  };
+}
 
 export interface AgentOptions {
   policy: Policy;
@@ -92,9 +106,7 @@ export class EdgeplugAgent {
           });
     this.devices = new DeviceManager({
       log,
-      gracePeriodMs: policy.devicePlugins.gracePeriodMs,
-      maxDevicesPerResource: policy.security.maxDevicesPerResource,
-      dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+      ...deviceSettings(policy),
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
     });
@@ -211,11 +223,7 @@ export class EdgeplugAgent {
     };
     this.#log.configure(effective.log);
     this.health.setResyncPeriod(effective.reconcile.resyncMs);
-    this.devices.applySettings({
-      gracePeriodMs: effective.devicePlugins.gracePeriodMs,
-      maxDevicesPerResource: effective.security.maxDevicesPerResource,
-      dialTimeoutMs: effective.reconcile.timeouts.dialMs,
-    });
+    this.devices.applySettings(deviceSettings(effective));
     this.manager.applyPolicy(effective);
     this.#policy = effective;
     this.metrics?.observeConfigReload(true);

@@ -11,6 +11,7 @@
  * the daemon.
  */
 import * as net from "node:net";
+import { deviceSettings } from "../agent.ts";
 import { SocketInUseError } from "../api/socket-guard.ts";
 import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
 import { DeviceManager } from "../handlers/deviceplugin/manager.ts";
@@ -38,9 +39,7 @@ export async function startReconcileDevices(policy: Policy, log: Logger): Promis
   const store = new CheckpointStore({ path: policy.checkpoint.path, log });
   const devices = new DeviceManager({
     log,
-    gracePeriodMs: policy.devicePlugins.gracePeriodMs,
-    maxDevicesPerResource: policy.security.maxDevicesPerResource,
-    dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+    ...deviceSettings(policy),
     store,
     readOnly: daemon,
   });

@@ -31,6 +31,12 @@ export interface FakeDevicePluginOptions {
   failAllocate?: string;
   /** GetPreferredAllocation answers these ids. */
   preferred?: (available: string[], mustInclude: string[], size: number) => string[];
+  /** Awaited before Allocate answers (after the call is recorded), to hold a call in flight. */
+  holdAllocate?: () => Promise<void>;
+  /** Awaited before GetPreferredAllocation answers (after the call is recorded). */
+  holdPreferred?: () => Promise<void>;
+  /** PreStartContainer fails with this message. */
+  failPreStart?: string;
 }
 
 export interface FakeDevicePlugin {
@@ -44,6 +50,8 @@ export interface FakeDevicePlugin {
   setDevices(devices: TestDevice[]): void;
   /** Sends a raw message on every open stream without changing the list later streams get. */
   sendRaw(message: object): void;
+  /** Resolves once the plugin has received `count` calls of `kind` in all. */
+  waitForCalls(kind: "allocate" | "preferred", count?: number): Promise<void>;
   /** Resolves once at least `count` streams are open. */
   waitForStreams(count?: number): Promise<void>;
   /** Ends every open ListAndWatch stream (as a plugin that crashed its loop), the server keeps serving. */
@@ -84,25 +92,29 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
       call.on("cancelled", forget);
       call.on("close", forget);
     },
-    GetPreferredAllocation(call: grpc.ServerUnaryCall<{ container_requests?: { available_deviceIDs?: string[]; must_include_deviceIDs?: string[]; allocation_size?: number }[] }, unknown>, callback: Callback) {
+    async GetPreferredAllocation(call: grpc.ServerUnaryCall<{ container_requests?: { available_deviceIDs?: string[]; must_include_deviceIDs?: string[]; allocation_size?: number }[] }, unknown>, callback: Callback) {
       const responses = (call.request.container_requests ?? []).map((request) => {
         const entry = { available: request.available_deviceIDs ?? [], mustInclude: request.must_include_deviceIDs ?? [], size: request.allocation_size ?? 0 };
         preferredCalls.push(entry);
         const chosen = options.preferred?.(entry.available, entry.mustInclude, entry.size) ?? entry.available.slice(0, entry.size);
         return { deviceIDs: chosen };
       });
+      events.emit("change");
+      await options.holdPreferred?.();
       callback(null, { container_responses: responses });
     },
-    Allocate(call: grpc.ServerUnaryCall<{ container_requests?: { devices_ids?: string[] }[] }, unknown>, callback: Callback) {
+    async Allocate(call: grpc.ServerUnaryCall<{ container_requests?: { devices_ids?: string[] }[] }, unknown>, callback: Callback) {
       const requests = call.request.container_requests ?? [];
       for (const request of requests) allocateCalls.push(request.devices_ids ?? []);
       events.emit("change");
+      await options.holdAllocate?.();
       if (options.failAllocate) return callback({ code: grpc.status.INTERNAL, details: options.failAllocate });
       const answer = options.allocateResponse ?? ((ids: string[]) => ({ envs: { VISIBLE_DEVICES: ids.join(",") } }));
       callback(null, { container_responses: requests.map((request) => answer(request.devices_ids ?? [])) });
     },
     PreStartContainer(call: grpc.ServerUnaryCall<{ devices_ids?: string[] }, unknown>, callback: Callback) {
       preStartCalls.push(call.request.devices_ids ?? []);
+      if (options.failPreStart) return callback({ code: grpc.status.INTERNAL, details: options.failPreStart });
       callback(null, {});
     },
   });
@@ -133,6 +145,8 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
     sendRaw(message) {
       for (const stream of open) stream.write(message);
     },
+    waitForCalls: (kind, count = 1) =>
+      waitForEvent(events, `${count} ${kind} calls on ${options.socketPath}`, () => (kind === "allocate" ? allocateCalls : preferredCalls).length >= count, 5000),
     waitForStreams: (count = 1) => waitForEvent(events, `${count} ListAndWatch streams on ${options.socketPath}`, () => open.size >= count, 5000),
     endStreams() {
       for (const stream of open) stream.end();

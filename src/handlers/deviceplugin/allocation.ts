@@ -8,6 +8,7 @@
 import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { entryDeviceIds } from "./pod-devices.ts";
+import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
 import type { ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode } from "./topology.ts";
 
@@ -66,9 +67,9 @@ export function checkRequest(request: AllocationRequest, maxCount: number): void
 }
 
 /**
- * Runs the whole request; returns the granted allocations (existing ones for
- * a repeated identical request) without recording them: the caller records
- * them all at once.
+ * Runs the whole request; returns the granted allocations (the held devices
+ * for a repeated identical request) without recording them: the caller
+ * records them all at once, so a failure anywhere records nothing.
  */
 export async function allocate(
   request: AllocationRequest,
@@ -79,49 +80,69 @@ export async function allocate(
   const fresh: ContainerDevices[] = [];
   for (const { resource, count } of request.resources) {
     const existing = pods.get(request.owner, request.container, resource);
-    if (existing) {
-      const held = entryDeviceIds(existing);
-      if (held.length !== count) {
-        throw new AllocationError(
-          `pod ${request.owner} container ${request.container} changed request for resource ${resource} from ${held.length} to ${count}`,
-        );
-      }
-      granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
-      continue;
+    const held = existing ? entryDeviceIds(existing) : [];
+    if (existing && held.length !== count) {
+      throw new AllocationError(
+        `pod ${goQuote(request.owner)} container ${goQuote(request.container)} changed request for resource ${goQuote(resource)} from ${held.length} to ${count}`,
+      );
     }
     const state = resources.get(resource);
     if (!state) throw new AllocationError(`cannot allocate unregistered device ${resource}`);
     const healthy = resources.healthyIds(resource);
     if (healthy.length === 0) throw new AllocationError(`no healthy devices present; cannot allocate unhealthy devices ${resource}`);
+    const endpoint = resources.primary(resource);
+    if (existing) {
+      // The same owner and container asking again is the kubelet's container restart: the same devices,
+      // no Allocate, PreStartContainer again; only if they are all still healthy.
+      const healthySet = new Set(healthy);
+      if (!held.every((id) => healthySet.has(id))) {
+        throw new AllocationError(`previously allocated devices are no longer healthy; cannot allocate unhealthy devices ${resource}`);
+      }
+      if (endpoint?.options?.preStartRequired) await preStart(endpoint, held);
+      granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
+      continue;
+    }
     const taken = pods.allocatedIds(resource);
     const free = healthy.filter((id) => !taken.has(id)).sort();
     if (free.length < count) {
       throw new AllocationError(`requested number of devices unavailable for ${resource}. Requested: ${count}, Available: ${free.length}`);
     }
-    const endpoint = resources.primary(resource);
     if (!endpoint) throw new AllocationError(`unknown Device Plugin ${resource}`);
     const preferred = endpoint.options?.getPreferredAllocationAvailable
       ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size)
       : null;
     const devices = await chooseDevices(state.devices, free, count, preferred).catch((error: unknown) => {
-      throw new AllocationError(`device plugin GetPreferredAllocation rpc failed with err: ${describe(error)}`);
+      throw rpcFailure("GetPreferredAllocation", error);
     });
     if (devices.length < count) {
       throw new AllocationError(`unexpectedly allocated less resources than required. Requested: ${count}, Got: ${devices.length}`);
     }
     const response = await endpoint.allocate(devices).catch((error: unknown) => {
-      throw new AllocationError(`device plugin Allocate rpc failed with err: ${describe(error)}`);
+      throw rpcFailure("Allocate", error);
     });
-    if (endpoint.options?.preStartRequired) {
-      await endpoint.preStartContainer(devices).catch((error: unknown) => {
-        throw new AllocationError(`device plugin PreStartContainer rpc failed with err: ${describe(error)}`);
-      });
-    }
+    if (endpoint.options?.preStartRequired) await preStart(endpoint, devices);
     const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
     fresh.push(entry);
     granted.push({ owner: request.owner, container: request.container, resource, devices, response });
   }
   return { granted, fresh };
+}
+
+async function preStart(endpoint: DevicePluginEndpoint, devices: string[]): Promise<void> {
+  await endpoint.preStartContainer(devices).catch((error: unknown) => {
+    throw rpcFailure("PreStartContainer", error);
+  });
+}
+
+/** A plugin call that failed; a stopped endpoint says so in the kubelet's words. */
+function rpcFailure(call: string, error: unknown): AllocationError {
+  if (error instanceof EndpointStoppedError) return new AllocationError(error.message);
+  return new AllocationError(`device plugin ${call} rpc failed with err: ${describe(error)}`);
+}
+
+/** Go's %q for the strings edgeplug accepts (no control characters): a JSON string. */
+function goQuote(text: string): string {
+  return JSON.stringify(text);
 }
 
 function describe(error: unknown): string {

@@ -11,7 +11,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { type CheckpointData, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint } from "./checkpoint.ts";
 import { decodeCheckpointWithChecksum } from "./checkpoint-codec.ts";
-import { spewCheckpointData } from "./checkpoint-spew.ts";
+import { fnv1a32, spewCheckpointData } from "./checkpoint-spew.ts";
 
 const fixture = (name: string) => new Uint8Array(readFileSync(new URL(`../../../test/fixtures/checkpoint/${name}`, import.meta.url)));
 const gpuFile = fixture("kubelet-gpu-registered.json");
@@ -123,6 +123,15 @@ test("a file whose data or checksum was changed is corrupt", () => {
   assertCorrupt(text(gpuFile).replace("GPU-0650", "GPU-0651"), /checkpoint is corrupted/);
   assertCorrupt(text(tegraFile).replace('"-1"', '"0"'), /checkpoint is corrupted/);
   assertCorrupt(text(gpuFile).replace(',"Checksum":3952659280', ""), /its Checksum is 0/);
+});
+
+test("the same data checksummed as an identical struct of another Go package is corrupt: the checksum covers the type names", () => {
+  const data = decodeCheckpoint(tegraFile);
+  const spew = spewCheckpointData({ podDeviceEntries: data.podDeviceEntries, registeredDevices: data.registeredDevices });
+  const otherPackage = spew.replaceAll("checkpoint.", "otherpkg.");
+  assert.notEqual(otherPackage, spew);
+  const checksum = fnv1a32(bytesOf(otherPackage));
+  assertCorrupt(text(tegraFile).replace("3660592824", String(checksum)), new RegExp(`its Checksum is ${checksum} but its Data hashes to 3660592824`));
 });
 
 test("another kind of checkpoint (the CPU manager's) is corrupt, as in the kubelet", () => {

@@ -6,7 +6,7 @@
  * device list) to the listener, refusing a bad message without ending the
  * stream; the listener hears once when the stream ends.
  */
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import type { ContainerAllocateResponse, DevicePluginOptions, ListAndWatchResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { DevicePlugin } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
@@ -38,10 +38,21 @@ export interface EndpointOptions {
   maxDevices: number;
 }
 
+/** A call to an endpoint whose stream ended or that was replaced or closed (the kubelet's errEndpointStopped). */
+export class EndpointStoppedError extends Error {
+  override name = "EndpointStoppedError";
+  constructor(socket: string) {
+    super(`endpoint ${socket} has been stopped`);
+  }
+}
+
 /** The kubelet's PreStartContainer deadline (KubeletPreStartContainerRPCTimeoutInSecs). */
 const PRE_START_TIMEOUT_MS = 30_000;
 /** edgeplug bounds the calls the kubelet leaves unbounded, so a hung plugin cannot hold an allocation forever. */
 const CALL_TIMEOUT_MS = 30_000;
+/** Backoff before opening ListAndWatch again after an oversized message. */
+const REOPEN_INITIAL_MS = 250;
+const REOPEN_MAX_MS = 30_000;
 
 export class DevicePluginEndpoint {
   readonly resource: string;
@@ -72,19 +83,40 @@ export class DevicePluginEndpoint {
     return this.options;
   }
 
-  /** Opens ListAndWatch and feeds `listener` until the stream ends or {@link close} is called. */
+  /**
+   * Opens ListAndWatch and feeds `listener` until the stream ends or
+   * {@link close} is called. A message over the size cap ends the stream on
+   * the transport's side (Connect refuses it from its length prefix, before
+   * reading it), so it is refused like any bad message and the stream is
+   * opened again after a backoff: the plugin sends its full list on every
+   * open, and the last good list stays meanwhile.
+   */
   watch(listener: EndpointListener): void {
     void (async () => {
       let reason = "ListAndWatch stream ended";
-      try {
-        for await (const message of this.#client.listAndWatch({}, { signal: this.#abort.signal })) {
-          if (this.#closed) return;
-          const checked = this.#check(message);
-          if (typeof checked === "string") listener.refused(this, checked);
-          else listener.devices(this, checked);
+      let reopenMs = REOPEN_INITIAL_MS;
+      for (let open = true; open && !this.#closed; ) {
+        open = false;
+        try {
+          for await (const message of this.#client.listAndWatch({}, { signal: this.#abort.signal })) {
+            if (this.#closed) return;
+            const checked = this.#check(message);
+            if (typeof checked === "string") {
+              listener.refused(this, checked);
+            } else {
+              reopenMs = REOPEN_INITIAL_MS;
+              listener.devices(this, checked);
+            }
+          }
+        } catch (error) {
+          if (!this.#closed && error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+            listener.refused(this, `a ListAndWatch message is over ${MAX_LIST_MESSAGE_BYTES} bytes; ListAndWatch is opened again in ${reopenMs} ms`);
+            open = await this.#pause(reopenMs);
+            reopenMs = Math.min(reopenMs * 2, REOPEN_MAX_MS);
+            continue;
+          }
+          reason = `ListAndWatch stream failed: ${error instanceof Error ? error.message : String(error)}`;
         }
-      } catch (error) {
-        reason = `ListAndWatch stream failed: ${error instanceof Error ? error.message : String(error)}`;
       }
       if (!this.#closed) {
         this.close();
@@ -93,18 +125,33 @@ export class DevicePluginEndpoint {
     })();
   }
 
+  /** Waits `ms` unless the endpoint is closed first; true when it was not. */
+  #pause(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const done = (open: boolean) => {
+        clearTimeout(timer);
+        this.#abort.signal.removeEventListener("abort", onAbort);
+        resolve(open);
+      };
+      const onAbort = () => done(false);
+      const timer = setTimeout(() => done(true), ms);
+      this.#abort.signal.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
   async getPreferredAllocation(available: string[], mustInclude: string[], size: number): Promise<string[]> {
-    const response = await this.#client.getPreferredAllocation(
-      { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
-      { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+    const response = await this.#call(() =>
+      this.#client.getPreferredAllocation(
+        { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
+        { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+      ),
     );
     return response.containerResponses[0]?.deviceIDs ?? [];
   }
 
   async allocate(deviceIds: string[]): Promise<ContainerAllocateResponse> {
-    const response = await this.#client.allocate(
-      { containerRequests: [{ devicesIds: deviceIds }] },
-      { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+    const response = await this.#call(() =>
+      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS }),
     );
     const first = response.containerResponses[0];
     if (!first) throw new Error(`no containers return in allocation response ${JSON.stringify({ containerResponses: [] })}`);
@@ -112,7 +159,18 @@ export class DevicePluginEndpoint {
   }
 
   async preStartContainer(deviceIds: string[]): Promise<void> {
-    await this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#abort.signal, timeoutMs: PRE_START_TIMEOUT_MS });
+    await this.#call(() => this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#abort.signal, timeoutMs: PRE_START_TIMEOUT_MS }));
+  }
+
+  /** Runs a unary call; on a stopped endpoint, or one stopped while the call was in flight, the stopped error. */
+  async #call<T>(call: () => Promise<T>): Promise<T> {
+    if (this.#closed) throw new EndpointStoppedError(this.socket);
+    try {
+      return await call();
+    } catch (error) {
+      if (this.#closed) throw new EndpointStoppedError(this.socket);
+      throw error;
+    }
   }
 
   /** Ends the stream and the connection; the listener is not told. Safe to call twice. */

@@ -37,13 +37,17 @@ export class DevicePluginHandler implements PluginHandler {
 
   async registerPlugin(plugin: PluginRegistration, signal: AbortSignal): Promise<void> {
     const context = this.#context;
-    await this.#manager.connect(plugin.name, endpointPath(plugin), {
+    const endpoint = endpointPath(plugin);
+    const refused = this.#manager.watchedEndpointRefusal(plugin.name, endpoint, plugin.socket);
+    if (refused) throw new Error(refused);
+    await this.#manager.connect(plugin.name, endpoint, {
       signal,
       onLost: context ? (reason) => context.connectionLost(plugin, reason) : undefined,
     });
   }
 
   deregisterPlugin(plugin: PluginRegistration): void {
+    // Refused endpoints were never connected; disconnecting one that is not there changes nothing.
     this.#manager.disconnect(plugin.name, endpointPath(plugin));
   }
 }

@@ -12,20 +12,23 @@
  * const manager = new PluginManager({ policy, log, handlers: { DevicePlugin: (p, c) => devices.handler(p, c) } });
  * ```
  */
+import process from "node:process";
 import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { systemClock } from "../../pluginmanager/operations.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
 import { DeviceCheckpoint } from "./device-checkpoint.ts";
-import { allocate, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
+import { DeviceEvents } from "./device-events.ts";
+import { allocate, AllocationError, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
 import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { entryDeviceIds, PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { ResourceTable, type ResourceState } from "./resources.ts";
-import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
+import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
+import { sharedSocketRefusal, watchedEndpointRefusal, type WatchedEndpointRules } from "./endpoint-check.ts";
 
-export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions } from "./types.ts";
+export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 
 export class DeviceManager {
   readonly #log: Logger;
@@ -34,29 +37,30 @@ export class DeviceManager {
   readonly #pods = new PodDevices();
   readonly #statusView = new ResourceStatusView();
   readonly #onLost = new Map<DevicePluginEndpoint, (reason: string) => void>();
-  readonly #listeners = new Set<(change: DeviceChange) => void>();
+  readonly #events: DeviceEvents;
   /** Connected endpoints that have not sent a good device list yet. */
   readonly #unlisted = new Set<DevicePluginEndpoint>();
-  #maxDevices: number;
-  #dialTimeoutMs: number;
+  #settings: Required<DeviceSettings>;
   #allocating: Promise<unknown> = Promise.resolve();
+  /** The allocation on its way (they run one at a time), and whether its owner was released meanwhile. */
+  #inFlight: { owner: string; released: boolean } | null = null;
   #stopped = false;
   #stopping: Promise<void> | null = null;
 
   constructor(options: DeviceManagerOptions) {
     this.#log = options.log.with({ component: "devicemanager" });
-    this.#maxDevices = options.maxDevicesPerResource;
-    this.#dialTimeoutMs = options.dialTimeoutMs;
+    this.#events = new DeviceEvents(this.#log);
+    this.#settings = settingsWithDefaults(options, { socketOwners: [0, process.getuid?.() ?? 0], watchDirs: [], ownSockets: [] });
     const clock = options.clock ?? systemClock;
     this.#resources = new ResourceTable({
       clock,
       gracePeriodMs: options.gracePeriodMs,
-      changed: ({ resource, removed }) => {
+      changed: ({ resource, removed, connection }) => {
         if (removed) {
           this.#log.info("resource removed after its grace period", { resource });
           this.#checkpointChanged();
         }
-        this.#emit({ kind: "resource", resource, removed });
+        this.#events.resourceChanged(resource, removed, connection);
       },
     });
     this.#checkpoint = new DeviceCheckpoint({
@@ -75,15 +79,22 @@ export class DeviceManager {
   }
 
   /** Settings a policy reload may change. */
-  applySettings(settings: { gracePeriodMs: number; maxDevicesPerResource: number; dialTimeoutMs: number }): void {
+  applySettings(settings: DeviceSettings): void {
     this.#resources.gracePeriodMs = settings.gracePeriodMs;
-    this.#maxDevices = settings.maxDevicesPerResource;
-    this.#dialTimeoutMs = settings.dialTimeoutMs;
+    this.#settings = settingsWithDefaults(settings, this.#settings.endpointRules);
   }
 
+  /** Why a watched-directory plugin's endpoint may not be dialled for `resource` (endpoint-check.ts), or null. */
+  watchedEndpointRefusal(resource: string, endpoint: string, registrationSocket: string): string | null {
+    return (
+      watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ??
+      sharedSocketRefusal(endpoint, this.resourceOnSocket(endpoint), resource)
+    );
+  }
+
+  /** Tells `listener` of allocation changes at once and of resource changes coalesced (device-events.ts). */
   subscribe(listener: (change: DeviceChange) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return this.#events.subscribe(listener);
   }
 
   /**
@@ -118,7 +129,7 @@ export class DeviceManager {
   async connect(resource: string, socket: string, options: ConnectOptions = {}): Promise<void> {
     if (this.#stopped) throw new Error("the device manager is stopping");
     await this.#checkpoint.restored;
-    const endpoint = new DevicePluginEndpoint({ resource, socket, dialTimeoutMs: this.#dialTimeoutMs, maxDevices: this.#maxDevices });
+    const endpoint = new DevicePluginEndpoint({ resource, socket, dialTimeoutMs: this.#settings.dialTimeoutMs, maxDevices: this.#settings.maxDevicesPerResource });
     try {
       await endpoint.connect(options.signal);
     } catch (error) {
@@ -181,13 +192,18 @@ export class DeviceManager {
   /** Allocates devices; requests run one at a time so two never pick the same device. */
   allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {
     const run = this.#allocating.then(async () => {
-      checkRequest(request, this.#maxDevices);
-      const { granted, fresh } = await allocate(request, this.#resources, this.#pods);
+      checkRequest(request, this.#settings.maxDevicesPerResource);
+      if (this.#stopped) throw new AllocationError("the agent is stopping");
+      const inFlight = { owner: request.owner, released: false };
+      this.#inFlight = inFlight;
+      const { granted, fresh } = await allocate(request, this.#resources, this.#pods).finally(() => (this.#inFlight = null));
+      // A release that came meanwhile wins, as a pod deleted during its admission: nothing is recorded.
+      if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
       if (fresh.length > 0) {
         for (const entry of fresh) this.#pods.add(entry);
         this.#log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
         this.#checkpointChanged();
-        this.#emit({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
+        this.#events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
       }
       return granted;
     });
@@ -197,12 +213,13 @@ export class DeviceManager {
 
   /** Frees every device of `owner`; returns what was freed. */
   release(owner: string): AllocationStatus[] {
+    if (this.#inFlight?.owner === owner) this.#inFlight.released = true;
     const released = this.allocations(owner);
     const freed = this.#pods.release(owner);
     if (freed.length > 0) {
       this.#log.info("devices released", { owner });
       this.#checkpointChanged();
-      this.#emit({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
+      this.#events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
     }
     return released;
   }
@@ -232,6 +249,7 @@ export class DeviceManager {
   async #stop(): Promise<void> {
     this.#stopped = true;
     this.#resources.stop();
+    this.#events.stop();
     for (const state of this.#resources.all()) for (const endpoint of state.endpoints.values()) this.#closeEndpoint(endpoint);
     await this.#checkpoint.stop();
   }
@@ -266,16 +284,6 @@ export class DeviceManager {
     endpoint.close();
   }
 
-  #emit(change: DeviceChange): void {
-    for (const listener of this.#listeners) {
-      try {
-        listener(change);
-      } catch (error) {
-        this.#log.error("device change listener failed", { error: String(error) });
-      }
-    }
-  }
-
   #checkpointChanged(): void {
     this.#checkpoint.changed();
   }
@@ -287,4 +295,9 @@ export class DeviceManager {
       registeredDevices: new Map(this.#resources.all().map((state) => [state.name, this.#resources.healthyIds(state.name)])),
     };
   }
+}
+
+function settingsWithDefaults(settings: DeviceSettings, rules: WatchedEndpointRules): Required<DeviceSettings> {
+  const { gracePeriodMs, maxDevicesPerResource, dialTimeoutMs } = settings;
+  return { gracePeriodMs, maxDevicesPerResource, dialTimeoutMs, endpointRules: settings.endpointRules ?? rules };
 }

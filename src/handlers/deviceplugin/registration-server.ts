@@ -17,6 +17,7 @@ import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
+import { sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
 
@@ -54,10 +55,8 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         if (!isExtendedResourceName(request.resourceName)) refuse(invalidResourceNameError(request.resourceName));
         const endpoint = resolveEndpoint(directory, socketPath, request.endpoint);
         if (typeof endpoint !== "string") return refuse(endpoint.refused);
-        const holder = manager.resourceOnSocket(endpoint);
-        if (holder !== undefined && holder !== request.resourceName) {
-          refuse(`endpoint ${JSON.stringify(request.endpoint)} is the socket of device plugin ${holder}; each resource registers its own socket`);
-        }
+        const shared = sharedSocketRefusal(endpoint, manager.resourceOnSocket(endpoint), request.resourceName);
+        if (shared) refuse(shared);
         try {
           await manager.connect(request.resourceName, endpoint, { signal: context.signal });
         } catch (error) {
@@ -84,15 +83,8 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
     return { refused: `endpoint ${quoted} escapes the device-plugin directory ${directory}` };
   }
   if (resolved === registrationSocket) return { refused: `endpoint ${quoted} is the registration socket itself` };
-  let stat: fs.Stats;
-  try {
-    stat = fs.lstatSync(resolved);
-  } catch {
-    return { refused: `endpoint ${quoted}: no socket at ${resolved} (serve DevicePlugin there before calling Register)` };
-  }
-  if (stat.isSymbolicLink()) return { refused: `endpoint ${quoted} is a symbolic link; register the socket itself` };
-  if (!stat.isSocket()) return { refused: `endpoint ${quoted} is not a unix socket` };
-  return resolved;
+  const refused = socketFileRefusal(resolved);
+  return refused ? { refused } : resolved;
 }
 
 /**

@@ -24,7 +24,8 @@ export interface ResourceState {
   version: number;
 }
 
-export type ResourceChange = { resource: string; removed: boolean };
+/** `connection`: a plugin instance came or went, or the resource was removed; otherwise a new or refused list. */
+export type ResourceChange = { resource: string; removed: boolean; connection: boolean };
 
 export class ResourceTable {
   readonly #resources = new Map<string, ResourceState>();
@@ -69,7 +70,7 @@ export class ResourceTable {
     state.cancelGrace = null;
     state.stoppedAt = null;
     state.version++;
-    this.#changed({ resource: state.name, removed: false });
+    this.#changed({ resource: state.name, removed: false, connection: true });
     return replaced;
   }
 
@@ -84,7 +85,7 @@ export class ResourceTable {
     state.endpoints.delete(endpoint.socket);
     if (state.endpoints.size === 0) this.#stop(state);
     state.version++;
-    this.#changed({ resource: state.name, removed: false });
+    this.#changed({ resource: state.name, removed: false, connection: true });
     return true;
   }
 
@@ -95,7 +96,7 @@ export class ResourceTable {
     state.devices = new Map(devices.map((device) => [device.id, device]));
     state.lastError = null;
     state.version++;
-    this.#changed({ resource: state.name, removed: false });
+    this.#changed({ resource: state.name, removed: false, connection: false });
     return true;
   }
 
@@ -107,7 +108,7 @@ export class ResourceTable {
     if (state.lastError === error) return "repeated";
     state.lastError = error;
     state.version++;
-    this.#changed({ resource: state.name, removed: false });
+    this.#changed({ resource: state.name, removed: false, connection: false });
     return "recorded";
   }
 
@@ -145,7 +146,7 @@ export class ResourceTable {
     state.cancelGrace = this.#clock.setTimer(() => {
       if (this.#resources.get(state.name) !== state || state.endpoints.size > 0) return;
       this.#resources.delete(state.name);
-      this.#changed({ resource: state.name, removed: true });
+      this.#changed({ resource: state.name, removed: true, connection: true });
     }, this.gracePeriodMs);
   }
 }

@@ -5,13 +5,20 @@
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../pluginmanager/operations.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
+import type { WatchedEndpointRules } from "./endpoint-check.ts";
 import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 
-export interface DeviceManagerOptions {
-  log: Logger;
+/** The settings a policy gives the device manager; a reload may change them. */
+export interface DeviceSettings {
   gracePeriodMs: number;
   maxDevicesPerResource: number;
   dialTimeoutMs: number;
+  /** What a watched-directory plugin's endpoint may be (default: owned by root or the agent's uid; no other rule). */
+  endpointRules?: WatchedEndpointRules;
+}
+
+export interface DeviceManagerOptions extends DeviceSettings {
+  log: Logger;
   /** Where the device state is checkpointed; null keeps it in memory only. With a store, connect() waits for restore(). */
   store: DeviceStateStore | null;
   /** The store is only read (someone else writes it: a daemon beside `--reconcile-once`). */

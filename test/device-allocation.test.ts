@@ -1,0 +1,236 @@
+/**
+ * Allocation against @grpc/grpc-js device plugins on real sockets, as the
+ * kubelet allocates at pod admission (upstream manager_test.go B.1 and
+ * endpoint_test.go B.2): the kubelet's refusals word for word, a repeated
+ * request as a container restart, GetPreferredAllocation and PreStartContainer
+ * calls with exact arguments, the plugin's exact answer returned, nothing
+ * recorded when a call fails or the endpoint stops, releases while a call
+ * is in flight, and one winner for the last device.
+ */
+import assert from "node:assert/strict";
+import * as path from "node:path";
+import { test, type TestContext } from "node:test";
+import { toJson } from "@bufbuild/protobuf";
+import { ContainerAllocateResponseSchema } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
+import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
+import { createLogger } from "../src/log/logger.ts";
+import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./support/fake-device-plugin.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const R1 = "domain1.com/resource1";
+const R2 = "domain2.com/resource2";
+
+function newManager(t: TestContext): DeviceManager {
+  const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
+  t.after(() => devices.stop());
+  return devices;
+}
+
+/** A plugin of `resource` on its own socket, connected and listed. */
+async function connected(t: TestContext, devices: DeviceManager, resource: string, options: Partial<FakeDevicePluginOptions> = {}, socketName = resource.replace(/\W/g, "_")) {
+  const plugin = await startFakeDevicePlugin({ socketPath: path.join(tempDir(t), `${socketName}.sock`), devices: healthyDevices(2), ...options });
+  t.after(() => plugin.stop());
+  await devices.connect(resource, plugin.socketPath);
+  const count = (options.devices ?? healthyDevices(2)).length;
+  await waitForDeviceState(devices, `${resource} listed`, () => devices.resource(resource)?.capacity === count);
+  return plugin;
+}
+
+function hold() {
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  return { held: () => held, release };
+}
+
+const ask = (owner: string, resources: Record<string, number>, container = "main") => ({
+  owner,
+  container,
+  resources: Object.entries(resources).map(([resource, count]) => ({ resource, count })),
+});
+
+test("two resources for one pod, then the kubelet's refusal when one runs out (TestPodContainerDeviceAllocation)", async (t) => {
+  const devices = newManager(t);
+  await connected(t, devices, R1);
+  await connected(t, devices, R2, { devices: healthyDevices(2, "r2-") });
+  const first = await devices.allocate(ask("pod1", { [R1]: 2, [R2]: 1 }));
+  assert.deepEqual(first.map((g) => [g.resource, g.devices]), [[R1, ["dev0", "dev1"]], [R2, ["r2-0"]]]);
+  await assert.rejects(devices.allocate(ask("pod2", { [R1]: 1 })), { message: `requested number of devices unavailable for ${R1}. Requested: 1, Available: 0` });
+  assert.deepEqual(devices.allocations("pod2"), [], "nothing recorded for the refused pod");
+  const third = await devices.allocate(ask("pod3", { [R2]: 1 }));
+  assert.deepEqual(third.map((g) => g.devices), [["r2-1"]]);
+  // allocatable counts healthy devices, allocated ones included, per resource (TestGetAllocatableDevicesMultipleResources).
+  assert.deepEqual([devices.resource(R1)?.allocatable, devices.resource(R2)?.allocatable], [2, 2]);
+});
+
+test("the kubelet's texts for an unregistered resource and one with no healthy device (TestPodContainerDeviceToAllocate)", async (t) => {
+  const devices = newManager(t);
+  await connected(t, devices, R1, { devices: [{ ID: "sick", health: "Unhealthy" }] });
+  await assert.rejects(devices.allocate(ask("p", { "domain9.com/none": 1 })), { message: "cannot allocate unregistered device domain9.com/none" });
+  await assert.rejects(devices.allocate(ask("p", { [R1]: 1 })), { message: `no healthy devices present; cannot allocate unhealthy devices ${R1}` });
+});
+
+test("the same owner and container asking again is a container restart: the same devices, no Allocate, PreStartContainer again", async (t) => {
+  const devices = newManager(t);
+  const plugin = await connected(t, devices, R1, { devices: healthyDevices(3), preStartRequired: true });
+  const first = await devices.allocate(ask("job", { [R1]: 2 }));
+  const again = await devices.allocate(ask("job", { [R1]: 2 }));
+  assert.deepEqual(again.map((g) => g.devices), first.map((g) => g.devices));
+  assert.deepEqual(toJson(ContainerAllocateResponseSchema, again[0]!.response), toJson(ContainerAllocateResponseSchema, first[0]!.response));
+  assert.equal(plugin.allocateCalls.length, 1, "Allocate is not called again");
+  assert.deepEqual(plugin.preStartCalls, [["dev0", "dev1"], ["dev0", "dev1"]]);
+  await assert.rejects(devices.allocate(ask("job", { [R1]: 3 })), { message: `pod "job" container "main" changed request for resource "${R1}" from 2 to 3` });
+  // Another container of the same owner is another allocation.
+  assert.deepEqual((await devices.allocate(ask("job", { [R1]: 1 }, "sidecar"))).map((g) => g.devices), [["dev2"]]);
+
+  plugin.setDevices([{ ID: "dev0", health: "Unhealthy" }, { ID: "dev1", health: "Healthy" }, { ID: "dev2", health: "Healthy" }]);
+  await waitForDeviceState(devices, "dev0 unhealthy", () => devices.resource(R1)?.unhealthy.includes("dev0") === true);
+  await assert.rejects(devices.allocate(ask("job", { [R1]: 2 })), {
+    message: `previously allocated devices are no longer healthy; cannot allocate unhealthy devices ${R1}`,
+  });
+  assert.deepEqual(devices.allocations("job").map((a) => a.devices), [["dev0", "dev1"], ["dev2"]], "the held devices stay held");
+});
+
+test("Allocate returns exactly the plugin's answer (B.2 TestAllocate); PreStartContainer gets exactly the allocated ids (TestDevicePreStartContainer)", async (t) => {
+  const devices = newManager(t);
+  const answer = {
+    envs: { GPU: "dev0,dev1" },
+    mounts: [{ container_path: "/usr/lib/gpu", host_path: "/opt/gpu/lib", read_only: true }],
+    devices: [{ container_path: "/dev/gpu0", host_path: "/dev/gpu0", permissions: "rw" }],
+    annotations: { "vendor.com/devices": "0,1" },
+    cdi_devices: [{ name: "vendor.com/gpu=0" }, { name: "vendor.com/gpu=1" }],
+  };
+  const withPreStart = await connected(t, devices, R1, { devices: healthyDevices(3), preStartRequired: true, allocateResponse: () => answer });
+  const withoutPreStart = await connected(t, devices, R2);
+  const [grant] = await devices.allocate(ask("p", { [R1]: 2 }));
+  assert.deepEqual(toJson(ContainerAllocateResponseSchema, grant!.response), {
+    envs: { GPU: "dev0,dev1" },
+    mounts: [{ containerPath: "/usr/lib/gpu", hostPath: "/opt/gpu/lib", readOnly: true }],
+    devices: [{ containerPath: "/dev/gpu0", hostPath: "/dev/gpu0", permissions: "rw" }],
+    annotations: { "vendor.com/devices": "0,1" },
+    cdiDevices: [{ name: "vendor.com/gpu=0" }, { name: "vendor.com/gpu=1" }],
+  });
+  assert.deepEqual(withPreStart.allocateCalls, [["dev0", "dev1"]]);
+  assert.deepEqual(withPreStart.preStartCalls, [["dev0", "dev1"]]);
+  // A request that asks nothing of R1 does not call R1's PreStartContainer; R2's plugin does not require it.
+  await devices.allocate(ask("q", { [R2]: 1 }));
+  assert.deepEqual(withPreStart.preStartCalls, [["dev0", "dev1"]]);
+  assert.deepEqual(withoutPreStart.preStartCalls, []);
+});
+
+test("GetPreferredAllocation: the plugin's exact choice is taken, and it is asked with the free devices (B.2 TestGetPreferredAllocation)", async (t) => {
+  const devices = newManager(t);
+  const plugin = await connected(t, devices, R1, {
+    devices: healthyDevices(4),
+    getPreferredAllocationAvailable: true,
+    preferred: (available, _must, size) => available.slice(-size).reverse(),
+  });
+  await devices.allocate(ask("a", { [R1]: 1 }));
+  const [grant] = await devices.allocate(ask("b", { [R1]: 2 }));
+  assert.deepEqual(grant!.devices, ["dev2", "dev1"], "the preferred devices, in the plugin's order");
+  assert.deepEqual(plugin.preferredCalls.at(-1), { available: ["dev0", "dev1", "dev2"], mustInclude: [], size: 2 });
+  assert.deepEqual(plugin.allocateCalls.at(-1), ["dev2", "dev1"]);
+});
+
+test("NUMA: devices come from one node that can hold the request, and the plugin is asked only about that node's devices", async (t) => {
+  const devices = newManager(t);
+  const on = (id: string, ...nodes: number[]) => ({ ID: id, health: "Healthy", topology: { nodes: nodes.map((n) => ({ ID: String(n) })) } });
+  const plugin = await connected(t, devices, R1, {
+    devices: [on("a0", 0), on("b1", 1), on("c1", 1), on("d1", 1), on("e0", 0), { ID: "f", health: "Healthy" }],
+    getPreferredAllocationAvailable: true,
+  });
+  const [grant] = await devices.allocate(ask("p", { [R1]: 2 }));
+  assert.deepEqual(plugin.preferredCalls[0], { available: ["b1", "c1", "d1"], mustInclude: [], size: 2 });
+  assert.deepEqual(grant!.devices, ["b1", "c1"]);
+  // Recorded under its NUMA node, as the kubelet's checkpoint keeps them.
+  assert.deepEqual([...devices.pods.get("p", "main", R1)!.byNode], [[1, ["b1", "c1"]]]);
+});
+
+test("a failed Allocate or PreStartContainer records nothing and leaves the devices free", async (t) => {
+  const devices = newManager(t);
+  await connected(t, devices, R1, { failAllocate: "out of firmware" });
+  await assert.rejects(devices.allocate(ask("p", { [R1]: 1 })), /^AllocationError: device plugin Allocate rpc failed with err: .*out of firmware/);
+  await connected(t, devices, R2, { preStartRequired: true, failPreStart: "reset failed" });
+  await assert.rejects(devices.allocate(ask("p", { [R2]: 2 })), /device plugin PreStartContainer rpc failed with err: .*reset failed/);
+  assert.deepEqual(devices.allocations(), []);
+  // Both of R2's devices are still free.
+  await assert.rejects(devices.allocate(ask("q", { [R2]: 2 })), /PreStartContainer/);
+  assert.deepEqual(devices.allocations(), []);
+});
+
+test("an endpoint that stops while its Allocate is in flight: the kubelet's 'has been stopped', nothing recorded", async (t) => {
+  const devices = newManager(t);
+  const gate = hold();
+  const plugin = await connected(t, devices, R1, { holdAllocate: gate.held });
+  const pending = devices.allocate(ask("p", { [R1]: 1 }));
+  await plugin.waitForCalls("allocate");
+  plugin.endStreams();
+  await assert.rejects(pending, { message: `endpoint ${plugin.socketPath} has been stopped` });
+  gate.release();
+  assert.deepEqual(devices.allocations(), []);
+});
+
+test("a release while another owner's GetPreferredAllocation is in flight does not break it (TestDevicesToAllocateConflictWithUpdateAllocatedDevices)", async (t) => {
+  const devices = newManager(t);
+  let holding = false;
+  const gate = hold();
+  const plugin = await connected(t, devices, R1, {
+    devices: healthyDevices(3),
+    getPreferredAllocationAvailable: true,
+    preferred: (available) => available.slice(-1),
+    holdPreferred: () => (holding ? gate.held() : Promise.resolve()),
+  });
+  await devices.allocate(ask("old", { [R1]: 1 }));
+  holding = true;
+  const pending = devices.allocate(ask("new", { [R1]: 1 }));
+  await plugin.waitForCalls("preferred", 2);
+  assert.equal(devices.release("old").length, 1);
+  gate.release();
+  assert.deepEqual((await pending).map((g) => g.devices), [["dev1"]], "the preferred device, as asked before the release");
+  holding = false;
+  // The released device is free again.
+  assert.deepEqual((await devices.allocate(ask("third", { [R1]: 1 }))).map((g) => g.devices), [["dev2"]]);
+  assert.deepEqual(plugin.preferredCalls.at(-1)?.available, ["dev0", "dev2"]);
+});
+
+test("a release of the owner whose allocation is in flight wins: nothing is recorded", async (t) => {
+  const devices = newManager(t);
+  const gate = hold();
+  const plugin = await connected(t, devices, R1, { holdAllocate: gate.held });
+  const pending = devices.allocate(ask("p", { [R1]: 1 }));
+  await plugin.waitForCalls("allocate");
+  devices.release("p");
+  gate.release();
+  await assert.rejects(pending, { message: "owner p was released while its allocation was in progress" });
+  assert.deepEqual(devices.allocations(), []);
+});
+
+test("two requests for the last free device at once: exactly one wins", async (t) => {
+  const devices = newManager(t);
+  await connected(t, devices, R1, { devices: healthyDevices(1) });
+  const results = await Promise.allSettled([devices.allocate(ask("a", { [R1]: 1 })), devices.allocate(ask("b", { [R1]: 1 }))]);
+  assert.deepEqual(results.map((r) => r.status).sort(), ["fulfilled", "rejected"]);
+  const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+  assert.equal(refused.reason.message, `requested number of devices unavailable for ${R1}. Requested: 1, Available: 0`);
+  assert.equal(devices.allocations().length, 1);
+});
+
+test("when the newest instance of a resource leaves, allocation goes through the survivor (TestPluginDisconnected_PromotesSurvivor)", async (t) => {
+  const devices = newManager(t);
+  const older = await connected(t, devices, R1, { devices: healthyDevices(2) }, "older");
+  const newer = await connected(t, devices, R1, { devices: healthyDevices(2) }, "newer");
+  await devices.allocate(ask("a", { [R1]: 1 }));
+  assert.deepEqual([older.allocateCalls.length, newer.allocateCalls.length], [0, 1], "the newest is primary");
+  await newer.stop();
+  await waitForDeviceState(devices, "one instance left", () => devices.resource(R1)?.sockets.length === 1);
+  assert.equal(devices.resource(R1)?.allocatable, 2, "the devices stay healthy");
+  await devices.allocate(ask("b", { [R1]: 1 }));
+  assert.deepEqual(older.allocateCalls, [["dev1"]]);
+});
+
+test("stop is idempotent", async (t) => {
+  const devices = newManager(t);
+  await connected(t, devices, R1);
+  await Promise.all([devices.stop(), devices.stop()]);
+  await devices.stop();
+  await assert.rejects(devices.allocate(ask("p", { [R1]: 1 })), { message: "the agent is stopping" });
+});

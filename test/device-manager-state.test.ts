@@ -1,0 +1,107 @@
+/**
+ * The device manager's state across resources, grace periods and its
+ * checkpoint, with @grpc/grpc-js plugins on real sockets and a real
+ * checkpoint file: the later steps of upstream's TestUpdateCapacityAllocatable
+ * and TestCheckpoint (manager_test.go, B.1).
+ */
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test, type TestContext } from "node:test";
+import { toJson } from "@bufbuild/protobuf";
+import { ContainerAllocateResponseSchema } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
+import { CheckpointStore, decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
+import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
+import { createLogger } from "../src/log/logger.ts";
+import { manualClock, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const R1 = "domain1.com/resource1";
+const R2 = "domain2.com/resource2";
+const quiet = createLogger({ level: "error", write: () => {} });
+
+async function managerWithCheckpoint(t: TestContext, file: string, clock?: ReturnType<typeof manualClock>) {
+  const devices = new DeviceManager({
+    log: quiet,
+    gracePeriodMs: 300_000,
+    maxDevicesPerResource: 1000,
+    dialTimeoutMs: 2000,
+    store: new CheckpointStore({ path: file, log: quiet }),
+    clock,
+  });
+  t.after(() => devices.stop());
+  await devices.restore();
+  return devices;
+}
+
+async function plugin(t: TestContext, dir: string, name: string, devices: TestDevice[]) {
+  const started = await startFakeDevicePlugin({ socketPath: path.join(dir, name), devices, allocateResponse: (ids) => ({ envs: { [name]: ids.join(",") } }) });
+  t.after(() => started.stop());
+  return started;
+}
+
+const counts = (devices: DeviceManager) => devices.resources().map((r) => [r.name, r.capacity, r.allocatable, r.connected]);
+const h = (ID: string, ...nodes: number[]): TestDevice => ({ ID, health: "Healthy", ...(nodes.length ? { topology: { nodes: nodes.map((n) => ({ ID: String(n) })) } } : {}) });
+const u = (ID: string): TestDevice => ({ ID, health: "Unhealthy" });
+
+test("TestUpdateCapacityAllocatable, later steps: a second resource, expiry of the first, the second disconnected, then re-read from the checkpoint", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, "state", "kubelet_internal_checkpoint");
+  const clock = manualClock();
+  const devices = await managerWithCheckpoint(t, file, clock);
+  const p1 = await plugin(t, dir, "r1.sock", [h("a"), h("b"), u("c")]);
+  await devices.connect(R1, p1.socketPath);
+  const p2 = await plugin(t, dir, "r2.sock", [h("x"), u("y"), u("z")]);
+  await devices.connect(R2, p2.socketPath);
+  await waitForDeviceState(devices, "both listed", () => devices.resources().every((r) => r.capacity === 3));
+  assert.deepEqual(counts(devices), [[R1, 3, 2, true], [R2, 3, 1, true]]);
+
+  // Resource 1's plugin goes and its grace period ends: it leaves capacity, allocatable, health sets and endpoints.
+  p1.endStreams();
+  await waitForDeviceState(devices, "r1 disconnected", () => devices.resource(R1)?.connected === false);
+  clock.advance(300_000);
+  assert.deepEqual(counts(devices), [[R2, 3, 1, true]]);
+  await assert.rejects(devices.allocate({ owner: "p", container: "c", resources: [{ resource: R1, count: 1 }] }), { message: `cannot allocate unregistered device ${R1}` });
+
+  // Resource 2's plugin goes: every device unhealthy at once, nothing allocatable.
+  p2.endStreams();
+  await waitForDeviceState(devices, "r2 disconnected", () => devices.resource(R2)?.connected === false);
+  assert.deepEqual(counts(devices), [[R2, 3, 0, false]]);
+  assert.deepEqual(devices.resource(R2)?.unhealthy, ["x", "y", "z"]);
+  await assert.rejects(devices.allocate({ owner: "p", container: "c", resources: [{ resource: R2, count: 1 }] }), { message: `no healthy devices present; cannot allocate unhealthy devices ${R2}` });
+  assert.equal(await devices.flush(), true);
+  assert.deepEqual([...decodeCheckpoint(fs.readFileSync(file)).registeredDevices], [[R2, []]], "no healthy device is checkpointed");
+
+  // Read back: resource 2 is a stopped resource with nothing in it, still a device-plugin resource.
+  await devices.stop();
+  const again = await managerWithCheckpoint(t, file);
+  assert.deepEqual(counts(again), [[R2, 0, 0, false]]);
+  await assert.rejects(again.allocate({ owner: "p", container: "c", resources: [{ resource: R2, count: 1 }] }), { message: `no healthy devices present; cannot allocate unhealthy devices ${R2}` });
+});
+
+test("TestCheckpoint: allocations of several owners, containers and resources (NUMA and none) and the healthy sets come back exactly", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, "state", "kubelet_internal_checkpoint");
+  const devices = await managerWithCheckpoint(t, file);
+  const p1 = await plugin(t, dir, "r1.sock", [h("n0a", 0), h("n0b", 0), h("n1a", 1), h("both", 0, 1), h("plain"), u("sick")]);
+  const p2 = await plugin(t, dir, "r2.sock", [h("x"), h("y"), h("z")]);
+  await devices.connect(R1, p1.socketPath);
+  await devices.connect(R2, p2.socketPath);
+  await waitForDeviceState(devices, "listed", () => devices.resource(R1)?.capacity === 6 && devices.resource(R2)?.capacity === 3);
+  await devices.allocate({ owner: "pod1", container: "c1", resources: [{ resource: R1, count: 2 }, { resource: R2, count: 1 }] });
+  await devices.allocate({ owner: "pod1", container: "c2", resources: [{ resource: R1, count: 3 }] });
+  await devices.allocate({ owner: "pod2", container: "c1", resources: [{ resource: R2, count: 2 }] });
+  const snapshot = (manager: DeviceManager) =>
+    [...manager.pods.entries()].map((e) => ({ owner: e.owner, container: e.container, resource: e.resource, byNode: [...e.byNode], response: toJson(ContainerAllocateResponseSchema, e.response) }));
+  const before = snapshot(devices);
+  assert.ok(before.some((e) => e.byNode.some(([node]) => node === -1)), "some devices without topology");
+  assert.ok(before.some((e) => e.byNode.length > 1), "some allocation over two NUMA nodes");
+  await devices.stop();
+
+  const written = decodeCheckpoint(fs.readFileSync(file));
+  assert.deepEqual(new Map([...written.registeredDevices].map(([name, ids]) => [name, [...ids].sort()])), new Map([[R1, ["both", "n0a", "n0b", "n1a", "plain"]], [R2, ["x", "y", "z"]]]));
+  const again = await managerWithCheckpoint(t, file);
+  assert.deepEqual(snapshot(again), before);
+  assert.deepEqual(again.allocations(), devices.allocations());
+  assert.deepEqual(counts(again), [[R1, 0, 0, false], [R2, 0, 0, false]]);
+});
