@@ -65,6 +65,7 @@ test("allocations survive a restart; the resource is back disconnected with capa
   const plugin = await devicePlugin(t, policy, "gpu.sock");
   await waitForDeviceState(first.agent.devices, "3 devices", () => first.agent.devices.resource(R)?.allocatable === 3);
   await first.api.allocate({ owner: "job-7", resources: [{ resource: R, count: 2 }] });
+  assert.deepEqual(checkpointOf(policy).podDeviceEntries.map((e) => e.podUID), ["job-7"], "on disk before Allocate answers");
   // The allocation is on disk as soon as stop returns (SIGTERM: the last writes are flushed).
   await first.agent.stop();
   const written = checkpointOf(policy);

@@ -19,11 +19,12 @@ import { systemClock } from "../../pluginmanager/operations.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
 import { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { DeviceEvents } from "./device-events.ts";
-import { allocate, AllocationError, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
+import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
+import { Allocator } from "./allocator.ts";
 import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
-import { entryDeviceIds, PodDevices, type RestoreResult } from "./pod-devices.ts";
+import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal, watchedEndpointRefusal, type WatchedEndpointRules } from "./endpoint-check.ts";
@@ -41,9 +42,7 @@ export class DeviceManager {
   /** Connected endpoints that have not sent a good device list yet. */
   readonly #unlisted = new Set<DevicePluginEndpoint>();
   #settings: Required<DeviceSettings>;
-  #allocating: Promise<unknown> = Promise.resolve();
-  /** The allocation on its way (they run one at a time), and whether its owner was released meanwhile. */
-  #inFlight: { owner: string; released: boolean } | null = null;
+  readonly #allocator: Allocator;
   #stopped = false;
   #stopping: Promise<void> | null = null;
 
@@ -70,6 +69,15 @@ export class DeviceManager {
       log: this.#log,
       clock,
       observe: options.observeCheckpointWrite,
+    });
+    this.#allocator = new Allocator({
+      resources: this.#resources,
+      pods: this.#pods,
+      checkpoint: this.#checkpoint,
+      events: this.#events,
+      log: this.#log,
+      maxDevices: () => this.#settings.maxDevicesPerResource,
+      stopped: () => this.#stopped,
     });
   }
 
@@ -189,39 +197,14 @@ export class DeviceManager {
     return this.#pods;
   }
 
-  /** Allocates devices; requests run one at a time so two never pick the same device. */
+  /** Allocates devices (allocator.ts): one request at a time, answered once in the checkpoint. */
   allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {
-    const run = this.#allocating.then(async () => {
-      checkRequest(request, this.#settings.maxDevicesPerResource);
-      if (this.#stopped) throw new AllocationError("the agent is stopping");
-      const inFlight = { owner: request.owner, released: false };
-      this.#inFlight = inFlight;
-      const { granted, fresh } = await allocate(request, this.#resources, this.#pods).finally(() => (this.#inFlight = null));
-      // A release that came meanwhile wins, as a pod deleted during its admission: nothing is recorded.
-      if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
-      if (fresh.length > 0) {
-        for (const entry of fresh) this.#pods.add(entry);
-        this.#log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
-        this.#checkpointChanged();
-        this.#events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
-      }
-      return granted;
-    });
-    this.#allocating = run.catch(() => {});
-    return run;
+    return this.#allocator.allocate(request);
   }
 
   /** Frees every device of `owner`; returns what was freed. */
   release(owner: string): AllocationStatus[] {
-    if (this.#inFlight?.owner === owner) this.#inFlight.released = true;
-    const released = this.allocations(owner);
-    const freed = this.#pods.release(owner);
-    if (freed.length > 0) {
-      this.#log.info("devices released", { owner });
-      this.#checkpointChanged();
-      this.#events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
-    }
-    return released;
+    return this.#allocator.release(owner);
   }
 
   /** Writes the checkpoint now, changed or not (`--reconcile-once` leaves one behind); true when it is on disk in time. */

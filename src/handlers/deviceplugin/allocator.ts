@@ -1,0 +1,78 @@
+/**
+ * Allocate and release as the device manager serves them: requests run one
+ * at a time, so two never pick the same device; a release of the owner
+ * whose request is in flight wins (as a pod deleted during its admission);
+ * what is granted is recorded all at once, written to the checkpoint, and
+ * answered once it is on disk (or its write failed, which status reports),
+ * so an agent that crashes right after answering still knows the devices
+ * are taken.
+ */
+import type { AllocationStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
+import type { Logger } from "../../log/logger.ts";
+import { allocate, AllocationError, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
+import type { DeviceCheckpoint } from "./device-checkpoint.ts";
+import { allocationStatus } from "./device-status.ts";
+import type { DeviceEvents } from "./device-events.ts";
+import { entryDeviceIds, type PodDevices } from "./pod-devices.ts";
+import type { ResourceTable } from "./resources.ts";
+
+/** How long an allocation's answer waits for its checkpoint write. */
+const ALLOCATION_WRITE_WAIT_MS = 5000;
+
+export interface AllocatorParts {
+  resources: ResourceTable;
+  pods: PodDevices;
+  checkpoint: DeviceCheckpoint;
+  events: DeviceEvents;
+  log: Logger;
+  maxDevices: () => number;
+  stopped: () => boolean;
+}
+
+export class Allocator {
+  readonly #parts: AllocatorParts;
+  #queue: Promise<unknown> = Promise.resolve();
+  /** The request on its way, and whether its owner was released meanwhile. */
+  #inFlight: { owner: string; released: boolean } | null = null;
+
+  constructor(parts: AllocatorParts) {
+    this.#parts = parts;
+  }
+
+  async allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {
+    const { resources, pods, checkpoint, events, log } = this.#parts;
+    const run = this.#queue.then(async () => {
+      checkRequest(request, this.#parts.maxDevices());
+      if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
+      const inFlight = { owner: request.owner, released: false };
+      this.#inFlight = inFlight;
+      const { granted, fresh } = await allocate(request, resources, pods).finally(() => (this.#inFlight = null));
+      if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
+      if (fresh.length > 0) {
+        for (const entry of fresh) pods.add(entry);
+        log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
+        checkpoint.changed();
+        events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
+      }
+      return { granted, recorded: fresh.length > 0 };
+    });
+    this.#queue = run.catch(() => {});
+    const { granted, recorded } = await run;
+    // Outside the queue: allocations close together share one write.
+    if (recorded) await checkpoint.flush(ALLOCATION_WRITE_WAIT_MS);
+    return granted;
+  }
+
+  /** Frees every device of `owner`; returns what was freed. */
+  release(owner: string): AllocationStatus[] {
+    const { pods, checkpoint, events, log } = this.#parts;
+    if (this.#inFlight?.owner === owner) this.#inFlight.released = true;
+    const freed = pods.release(owner);
+    if (freed.length > 0) {
+      log.info("devices released", { owner });
+      checkpoint.changed();
+      events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
+    }
+    return freed.map(allocationStatus);
+  }
+}
