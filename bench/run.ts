@@ -21,6 +21,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   registration: () => import("./registration.ts"),
   unary: () => import("./unary.ts"),
   api: () => import("./api.ts"),
+  devices: () => import("./devices.ts"),
   policy: () => import("./policy.ts"),
   targets: () => import("./targets.ts"),
 };

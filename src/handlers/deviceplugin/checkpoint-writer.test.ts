@@ -130,3 +130,24 @@ test("flush gives up after its timeout when the disk hangs", async () => {
   assert.equal(await writer.flush(20), false);
   writer.stop();
 });
+
+test("a new device list waits up to 100 ms for more; an allocation does not wait", async () => {
+  const memory = memoryStore();
+  const state = { ids: ["a"] };
+  const { writer, clock, outcomes, nextOutcome } = writerFor(memory, state);
+  writer.enable();
+  for (let i = 0; i < 50; i++) writer.changed(false);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(outcomes, [], "nothing yet");
+  let outcome = nextOutcome();
+  clock.advance(100);
+  await outcome;
+  assert.deepEqual(memory.written, [["a"]], "one write for the 50 lists");
+  writer.changed(false);
+  state.ids = ["b"];
+  outcome = nextOutcome();
+  writer.changed(true);
+  await outcome;
+  assert.deepEqual(memory.written, [["a"], ["b"]], "the urgent change takes the pending list along, at once");
+  writer.stop();
+});

@@ -37,6 +37,8 @@ export interface CheckpointWriterOptions {
   observe?: (outcome: CheckpointWriteOutcome) => void;
 }
 
+/** How long a new device list waits for more before it is written. */
+export const LIST_WRITE_DELAY_MS = 100;
 const RETRY_INITIAL_MS = 1000;
 const RETRY_MAX_MS = 60_000;
 
@@ -48,7 +50,10 @@ export class CheckpointWriter {
   #dirty = false;
   #running: Promise<void> | null = null;
   #retryMs = RETRY_INITIAL_MS;
-  #cancelRetry: (() => void) | null = null;
+  /** A write waiting for its moment: a retry after a failure, or device lists settling. */
+  #cancelTimer: (() => void) | null = null;
+  /** Whether a change since the last write must not wait for lists to settle. */
+  #urgent = false;
 
   constructor(options: CheckpointWriterOptions) {
     this.#options = options;
@@ -60,10 +65,18 @@ export class CheckpointWriter {
     if (this.#dirty) this.#start();
   }
 
-  /** The device state changed: it will be written soon. */
-  changed(): void {
+  /**
+   * The device state changed: it will be written at once, or, for a new
+   * device list (`soon` false), within {@link LIST_WRITE_DELAY_MS}, so that a
+   * plugin sending lists back to back costs a few writes a second and its
+   * encoding does not hold the event loop for every message.
+   */
+  changed(soon = true): void {
     this.#dirty = true;
-    if (this.#enabled && !this.#stopped) this.#start();
+    if (soon) this.#urgent = true;
+    if (!this.#enabled || this.#stopped || this.#running !== null) return;
+    if (soon) this.#start();
+    else this.#later(LIST_WRITE_DELAY_MS);
   }
 
   /**
@@ -92,18 +105,20 @@ export class CheckpointWriter {
   /** No more retries or writes after the ones {@link flush} waits for. */
   stop(): void {
     this.#stopped = true;
-    this.#cancelRetry?.();
-    this.#cancelRetry = null;
+    this.#cancelTimer?.();
+    this.#cancelTimer = null;
   }
 
   #start(): void {
     if (this.#running !== null) return;
-    this.#cancelRetry?.();
-    this.#cancelRetry = null;
+    this.#cancelTimer?.();
+    this.#cancelTimer = null;
     this.#running = this.#drain().finally(() => {
       this.#running = null;
       // Changes that arrived during the write; after a failure the retry timer decides instead.
-      if (this.#dirty && !this.#stopped && this.#cancelRetry === null) this.#start();
+      if (!this.#dirty || this.#stopped || this.#cancelTimer !== null) return;
+      if (this.#urgent) this.#start();
+      else this.#later(LIST_WRITE_DELAY_MS);
     });
   }
 
@@ -112,6 +127,7 @@ export class CheckpointWriter {
     await new Promise((resolve) => setImmediate(resolve));
     while (this.#dirty) {
       this.#dirty = false;
+      this.#urgent = false;
       const started = performance.now();
       try {
         await this.#options.store.write(this.#options.snapshot());
@@ -147,9 +163,16 @@ export class CheckpointWriter {
     if (this.#stopped) return;
     const delay = this.#retryMs;
     this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
-    this.#cancelRetry = this.#options.clock.setTimer(() => {
-      this.#cancelRetry = null;
+    this.#later(delay);
+  }
+
+  #later(ms: number): void {
+    if (this.#cancelTimer !== null) return;
+    this.#cancelTimer = this.#options.clock.setTimer(() => {
+      this.#cancelTimer = null;
+      // The wait is over: a write still running when it ends starts the next one at once.
+      this.#urgent = true;
       this.#start();
-    }, delay);
+    }, ms);
   }
 }

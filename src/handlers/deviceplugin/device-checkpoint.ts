@@ -55,9 +55,9 @@ export class DeviceCheckpoint {
     return result;
   }
 
-  /** The device state changed. */
-  changed(): void {
-    this.#writer?.changed();
+  /** The device state changed; `soon` false for a new device list, which may wait a little (checkpoint-writer.ts). */
+  changed(soon = true): void {
+    this.#writer?.changed(soon);
   }
 
   /** Writes what is not on disk yet; true when it is all there within `timeoutMs`. */

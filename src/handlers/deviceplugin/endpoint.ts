@@ -7,22 +7,30 @@
  * stream; the listener hears once when the stream ends.
  */
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
-import type { ContainerAllocateResponse, DevicePluginOptions, ListAndWatchResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
-import { DevicePlugin } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import type { GenService } from "@bufbuild/protobuf/codegenv2";
+import type { ContainerAllocateResponse, DevicePluginOptions } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
-import { deviceIdRefusal, HEALTHY, MAX_LIST_MESSAGE_BYTES } from "./names.ts";
+import { listRegion, readDeviceList, sameBytes, type DeviceInfo } from "./device-list.ts";
+import { MAX_LIST_MESSAGE_BYTES } from "./names.ts";
 
-/** One device as the resource keeps it. */
-export interface DeviceInfo {
-  id: string;
-  healthy: boolean;
-  /** NUMA node ids from the plugin's topology; empty when it gave none. */
-  numaNodes: number[];
-}
+export type { DeviceInfo } from "./device-list.ts";
+
+/**
+ * DevicePlugin's ListAndWatch, the same call on the wire, answered as the
+ * view that leaves each Device encoded (device-list.ts reads them).
+ */
+const listAndWatchView = { ...DevicePlugin.method.listAndWatch, output: ListAndWatchResponseViewSchema };
+const DevicePluginListView = { ...DevicePlugin, methods: [listAndWatchView], method: { listAndWatch: listAndWatchView } } as unknown as GenService<{
+  listAndWatch: { methodKind: "server_streaming"; input: typeof EmptySchema; output: typeof ListAndWatchResponseViewSchema };
+}>;
 
 export interface EndpointListener {
   /** A message that passed validation: the complete device list of the resource. */
-  devices(endpoint: DevicePluginEndpoint, devices: DeviceInfo[]): void;
+  devices(endpoint: DevicePluginEndpoint, devices: Map<string, DeviceInfo>): void;
+  /** The last good list sent again, byte for byte. */
+  unchanged(endpoint: DevicePluginEndpoint): void;
   /** A message that was refused; the previous list stays. */
   refused(endpoint: DevicePluginEndpoint, reason: string): void;
   /** The stream ended (plugin gone, closed, or failed); called once, not after close(). */
@@ -60,6 +68,7 @@ export class DevicePluginEndpoint {
   options: DevicePluginOptions | null = null;
   readonly #channel: UnixChannel;
   readonly #client: Client<typeof DevicePlugin>;
+  readonly #lists: Client<typeof DevicePluginListView>;
   readonly #maxDevices: number;
   readonly #abort = new AbortController();
   #closed = false;
@@ -70,6 +79,7 @@ export class DevicePluginEndpoint {
     this.#maxDevices = options.maxDevices;
     this.#channel = dialUnix(options.socket, { connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES });
     this.#client = createClient(DevicePlugin, this.#channel.transport);
+    this.#lists = createClient(DevicePluginListView, this.#channel.transport);
   }
 
   get closed(): boolean {
@@ -95,16 +105,24 @@ export class DevicePluginEndpoint {
     void (async () => {
       let reason = "ListAndWatch stream ended";
       let reopenMs = REOPEN_INITIAL_MS;
+      let lastGood: Uint8Array | null = null;
       for (let open = true; open && !this.#closed; ) {
         open = false;
         try {
-          for await (const message of this.#client.listAndWatch({}, { signal: this.#abort.signal })) {
+          for await (const message of this.#lists.listAndWatch({}, { signal: this.#abort.signal })) {
             if (this.#closed) return;
-            const checked = this.#check(message);
+            // A plugin that sends the same list again (many do, on a timer) costs a comparison, not a read.
+            const region = listRegion(message.devices);
+            if (lastGood !== null && region !== null && sameBytes(lastGood, region)) {
+              listener.unchanged(this);
+              continue;
+            }
+            const checked = readDeviceList(message.devices, this.#maxDevices);
             if (typeof checked === "string") {
               listener.refused(this, checked);
             } else {
               reopenMs = REOPEN_INITIAL_MS;
+              lastGood = region?.slice() ?? null;
               listener.devices(this, checked);
             }
           }
@@ -179,23 +197,5 @@ export class DevicePluginEndpoint {
     this.#closed = true;
     this.#abort.abort();
     this.#channel.close();
-  }
-
-  /** The validated device list, or why the message is refused. */
-  #check(message: ListAndWatchResponse): DeviceInfo[] | string {
-    if (message.devices.length > this.#maxDevices) {
-      return `device list of ${message.devices.length} devices exceeds security.maxDevicesPerResource (${this.#maxDevices})`;
-    }
-    const seen = new Set<string>();
-    const devices: DeviceInfo[] = [];
-    for (const device of message.devices) {
-      const refusal = deviceIdRefusal(device.ID);
-      if (refusal) return refusal;
-      if (seen.has(device.ID)) return `device ID ${JSON.stringify(device.ID)} is listed twice`;
-      seen.add(device.ID);
-      const numaNodes = (device.topology?.nodes ?? []).map((node) => Number(node.ID));
-      devices.push({ id: device.ID, healthy: device.health === HEALTHY, numaNodes });
-    }
-    return devices;
   }
 }

@@ -241,7 +241,11 @@ export class DeviceManager {
     devices: (endpoint, devices) => {
       if (!this.#resources.update(endpoint, devices)) return;
       this.#unlisted.delete(endpoint);
-      this.#checkpointChanged();
+      this.#checkpoint.changed(false);
+    },
+    unchanged: (endpoint) => {
+      this.#unlisted.delete(endpoint);
+      this.#resources.unchanged(endpoint);
     },
     refused: (endpoint, reason) => {
       // Once per reason: a plugin repeating a bad list must not flood the log.

@@ -90,14 +90,23 @@ export class ResourceTable {
   }
 
   /** A validated message from a live endpoint: the resource's complete list. */
-  update(endpoint: DevicePluginEndpoint, devices: DeviceInfo[]): boolean {
+  update(endpoint: DevicePluginEndpoint, devices: Map<string, DeviceInfo>): boolean {
     const state = this.#resources.get(endpoint.resource);
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
-    state.devices = new Map(devices.map((device) => [device.id, device]));
+    state.devices = devices;
     state.lastError = null;
     state.version++;
     this.#changed({ resource: state.name, removed: false, connection: false });
     return true;
+  }
+
+  /** The last good list came again: nothing changes, except that a refusal recorded since is cleared. */
+  unchanged(endpoint: DevicePluginEndpoint): void {
+    const state = this.#resources.get(endpoint.resource);
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint || state.lastError === null) return;
+    state.lastError = null;
+    state.version++;
+    this.#changed({ resource: state.name, removed: false, connection: false });
   }
 
   /** Records why a message was refused; "repeated" when it is the error already recorded (nothing changes then). */

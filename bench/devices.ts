@@ -1,0 +1,177 @@
+/**
+ * Devices benchmark of the built daemon (dist/edgeplug run), issue 10's targets:
+ *   - a ListAndWatch list of 10,000 and of 100,000 devices until Agent/Status
+ *     shows it (<= 50 ms, <= 500 ms), and the agent's RSS with 100,000 devices;
+ *   - allocation round trips through the API (p50 < 5 ms) and per second;
+ *   - a checkpoint write with 10,000 devices (< 30 ms);
+ *   - a plugin flooding ListAndWatch while other plugins register: their
+ *     registration latency against the registration benchmark's target
+ *     (p50 < 5 ms), and how much of the flood reaches events and the checkpoint.
+ *
+ * The measured device plugin lives in this process and sends lists it has
+ * encoded beforehand (support/raw-device-plugin.ts); the flooding plugin and
+ * the registration plugins run in child processes of their own.
+ *
+ * Env: BENCH_DEVICES_TRIALS (list trials per size, default 8), BENCH_ALLOCATIONS (default 300).
+ */
+import * as path from "node:path";
+import { requireBinary, shortTempDir } from "../test/support/agent-process.ts";
+import type { StatusResponse } from "../src/gen/edgeplug/v1/agent_pb.ts";
+import { residentKiB } from "./support/proc.ts";
+import { encodedList, startRawDevicePlugin, type RawDevicePlugin } from "./support/raw-device-plugin.ts";
+import { retried, startDevicesAgent, type DevicesAgent, type EventLog } from "./support/devices-agent.ts";
+import { measureCheckpointWrites } from "./support/devices-checkpoint.ts";
+import { measureFlood } from "./support/devices-flood.ts";
+import { summarize } from "./support/stats.ts";
+
+const TRIALS = Math.max(3, Number(process.env.BENCH_DEVICES_TRIALS) || 8);
+const ALLOCATIONS = Math.max(50, Number(process.env.BENCH_ALLOCATIONS) || 300);
+const RESOURCE = "bench.io/dev";
+const SIZES = [10_000, 100_000];
+const REFLECT_TIMEOUT_MS = 30_000;
+
+export const TARGETS = { reflected10kMs: 50, reflected100kMs: 500, checkpointWrite10kMs: 30, allocateP50Ms: 5, registrationP50Ms: 5 };
+
+export function progress(message: string): void {
+  process.stderr.write(`devices: ${message}\n`);
+}
+
+/** Whether `status` shows the list of `count` devices named `<prefix><i>`. */
+function reflects(status: StatusResponse, count: number, prefix: string): boolean {
+  const resource = status.resources.find((r) => r.name === RESOURCE);
+  return resource !== undefined && resource.capacity === count && resource.healthy[0]?.startsWith(prefix) === true;
+}
+
+/** Sends `list` and waits for the WatchEvents event that shows it: the time from the write to its arrival. */
+async function untilEvent(events: EventLog, plugin: RawDevicePlugin, list: Buffer, count: number, prefix: string): Promise<number> {
+  const event = events.next((e) => e.kind.case === "resource" && e.kind.value.resource?.name === RESOURCE && e.kind.value.resource.capacity === count && e.kind.value.resource.healthy[0]?.startsWith(prefix) === true, REFLECT_TIMEOUT_MS);
+  const startedAt = performance.now();
+  await plugin.send(list);
+  return (await event) - startedAt;
+}
+
+/** Sends `list` and asks Status until it shows it: the time from the write to the answer that shows it. */
+async function untilStatus(agent: DevicesAgent, plugin: RawDevicePlugin, list: Buffer, count: number, prefix: string): Promise<number> {
+  const startedAt = performance.now();
+  await plugin.send(list);
+  for (;;) {
+    const { answer } = await retried(() => agent.api().status({}));
+    if (reflects(answer, count, prefix)) return performance.now() - startedAt;
+    if (performance.now() - startedAt > REFLECT_TIMEOUT_MS) throw new Error(`status did not show ${count} devices within ${REFLECT_TIMEOUT_MS} ms`);
+  }
+}
+
+/**
+ * Per size: lists until a WatchEvents reader sees them (no Status call in
+ * between), then lists until a Status call shows them (no event reader), so
+ * neither reader's decoding of 100,000 ids delays the other's measurement.
+ */
+async function measureLists(agent: DevicesAgent, plugin: RawDevicePlugin) {
+  const rssBeforeKiB = residentKiB(agent.pid);
+  const results: Record<string, object> = {};
+  let generation = 0;
+  const list = (count: number) => {
+    const prefix = `s${count}g${generation++}-`;
+    return { prefix, bytes: encodedList(count, prefix) };
+  };
+  for (const count of SIZES) {
+    progress(`${count} devices: ${TRIALS} trials until an event shows the list, ${TRIALS} until Status does (1 warm-up each)`);
+    const events: number[] = [];
+    const watcher = agent.watch();
+    for (let trial = 0; trial <= TRIALS; trial++) {
+      const { prefix, bytes } = list(count);
+      const ms = await untilEvent(watcher, plugin, bytes, count, prefix);
+      if (trial > 0) events.push(ms);
+    }
+    watcher.close();
+    const status: number[] = [];
+    let messageBytes = 0;
+    for (let trial = 0; trial <= TRIALS; trial++) {
+      const { prefix, bytes } = list(count);
+      messageBytes = bytes.length;
+      const ms = await untilStatus(agent, plugin, bytes, count, prefix);
+      if (trial > 0) status.push(ms);
+    }
+    const calls: number[] = [];
+    for (let i = 0; i < 10; i++) calls.push((await retried(() => agent.api().status({}))).ms);
+    results[`devices${count}`] = {
+      messageBytes,
+      untilWatchEventsShowsIt: summarize(events),
+      untilStatusShowsIt: summarize(status),
+      statusCallWhenUnchanged: summarize(calls),
+    };
+  }
+  // A quiet second, so that the RSS is the resident state, not the last list's garbage.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  return { ...results, rssKiB: { withTenDevices: rssBeforeKiB, with100000Devices: residentKiB(agent.pid) } };
+}
+
+/** Sequential allocate/release pairs of one device, then 100 allocations at once (the socket's burst). */
+async function measureAllocations(agent: DevicesAgent, plugin: RawDevicePlugin, devices: number, allocations: number) {
+  const prefix = `a${devices}-`;
+  await untilStatus(agent, plugin, encodedList(devices, prefix), devices, prefix);
+  const allocate: number[] = [];
+  const release: number[] = [];
+  const rateLimited = { count: 0 };
+  for (let i = -20; i < allocations; i++) {
+    const owner = `owner-${devices}-${i + 20}`;
+    const allocateMs = (await retried(() => agent.api().allocate({ owner, resources: [{ resource: RESOURCE, count: 1 }] }), rateLimited)).ms;
+    const releaseMs = (await retried(() => agent.api().release({ owner }), rateLimited)).ms;
+    if (i < 0) continue;
+    allocate.push(allocateMs);
+    release.push(releaseMs);
+  }
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const burst = Math.min(100, devices);
+  const burstStart = performance.now();
+  await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().allocate({ owner: `burst-${devices}-${i}`, resources: [{ resource: RESOURCE, count: 1 }] })));
+  const burstMs = performance.now() - burstStart;
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().release({ owner: `burst-${devices}-${i}` })));
+  const allocateSummary = summarize(allocate);
+  return {
+    devicesRegistered: devices,
+    allocate: allocateSummary,
+    release: summarize(release),
+    sequentialAllocationsPerSecond: Math.round(1000 / allocateSummary.meanMs),
+    rateLimitedAttempts: rateLimited.count,
+    concurrent: { allocations: burst, totalMs: Math.round(burstMs), perSecond: Math.round((burst / burstMs) * 1000) },
+  };
+}
+
+export async function run(): Promise<object> {
+  requireBinary();
+  const { dir, cleanup } = shortTempDir("epd-");
+  let agent: DevicesAgent | null = null;
+  try {
+    progress("starting the agent");
+    agent = await startDevicesAgent(dir);
+    const plugin = await startRawDevicePlugin({
+      socketPath: path.join(path.dirname(agent.registrationSocket), "bench.sock"),
+      registrationSocket: agent.registrationSocket,
+      resource: RESOURCE,
+      initial: encodedList(10, "start-"),
+    });
+    try {
+      await untilStatus(agent, plugin, encodedList(10, "ten-"), 10, "ten-");
+      const lists = await measureLists(agent, plugin);
+      progress(`allocation: ${ALLOCATIONS} allocate/release pairs with 16, then 10,000 devices registered`);
+      const allocation = [await measureAllocations(agent, plugin, 16, ALLOCATIONS), await measureAllocations(agent, plugin, 10_000, Math.round(ALLOCATIONS / 3))];
+      progress("checkpoint writes with 10,000 devices");
+      const checkpoint = await measureCheckpointWrites(path.join(dir, "checkpoint-bench"));
+      progress("a flooding plugin while others register");
+      await untilStatus(agent, plugin, encodedList(10, "idle-"), 10, "idle-");
+      const flood = await measureFlood(agent, dir);
+      const exitCode = await agent.stop();
+      return { targets: TARGETS, lists, allocation, checkpoint, flood, agentExitCode: exitCode };
+    } catch (error) {
+      process.stderr.write(`devices: failed; the agent's last log lines:\n${agent.process.stderr().slice(-3000)}\n`);
+      throw error;
+    } finally {
+      await plugin.stop();
+    }
+  } finally {
+    await agent?.stop();
+    cleanup();
+  }
+}

@@ -1,0 +1,67 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { ListAndWatchResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
+import { listRegion, readDeviceList, sameBytes } from "./device-list.ts";
+
+/** The devices of an encoded ListAndWatchResponse, as the endpoint gets them. */
+const view = (bytes: Uint8Array) => fromBinary(ListAndWatchResponseViewSchema, bytes).devices;
+
+/** What protobuf-es's full decoding of the same bytes says, in the device manager's terms. */
+function reference(bytes: Uint8Array) {
+  return fromBinary(ListAndWatchResponseSchema, bytes).devices.map((d) => ({ id: d.ID, healthy: d.health === "Healthy", numaNodes: (d.topology?.nodes ?? []).map((n) => Number(n.ID)) }));
+}
+
+test("devices read from their bytes agree with protobuf-es's decoding of the whole message", () => {
+  const message = create(ListAndWatchResponseSchema, {
+    devices: [
+      { ID: "gpu0", health: "Healthy", topology: { nodes: [{ ID: 0n }] } },
+      { ID: "gpu1", health: "Unhealthy", topology: { nodes: [{ ID: 1n }, { ID: 3n }] } },
+      { ID: "gpu2", health: "healthy" },
+      { ID: "GPU-0650a168-e770-3ea8-8ac3-8a1d419763e0", health: "Healthy", topology: { nodes: [{ ID: 0n }] } },
+      { ID: "é-ünïcode", health: "" },
+      { ID: "neg", health: "Healthy", topology: { nodes: [{ ID: -1n }, { ID: 2n ** 40n }] } },
+    ],
+  });
+  const bytes = toBinary(ListAndWatchResponseSchema, message);
+  const read = readDeviceList(view(bytes), 100);
+  assert.ok(typeof read !== "string", String(read));
+  assert.deepEqual([...read.values()], reference(bytes));
+  assert.deepEqual([...read.keys()], reference(bytes).map((d) => d.id));
+});
+
+test("unknown fields are skipped, a repeated ID keeps its last value and a repeated topology merges, as protobuf readers do", () => {
+  const device = new BinaryWriter()
+    .tag(1, WireType.LengthDelimited).string("first")
+    .tag(9, WireType.Varint).uint64(77)
+    .tag(2, WireType.LengthDelimited).string("Healthy")
+    .tag(3, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.Varint).int64(4).finish()).finish())
+    .tag(1, WireType.LengthDelimited).string("last")
+    .tag(3, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(2, WireType.Varint).int32(1).tag(1, WireType.Varint).int64(5).finish()).finish())
+    .finish();
+  const bytes = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(device).tag(5, WireType.LengthDelimited).string("ignored").finish();
+  const read = readDeviceList(view(bytes), 100);
+  assert.ok(typeof read !== "string", String(read));
+  assert.deepEqual([...read.values()], reference(bytes));
+  assert.deepEqual([...read.values()], [{ id: "last", healthy: true, numaNodes: [4, 5] }]);
+});
+
+test("a malformed device, a bad id, a duplicate or too many devices refuse the whole message with the reason", () => {
+  const one = (device: Uint8Array) => view(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(device).finish());
+  assert.match(String(readDeviceList(one(new BinaryWriter().tag(1, WireType.Varint).uint32(3).finish()), 10)), /device 0 of the list cannot be read: field 1 has wire type 0, not length-delimited/);
+  assert.match(String(readDeviceList(one(new Uint8Array([0x0a, 0x05, 0x61])), 10)), /device 0 of the list cannot be read/);
+  const list = (...ids: string[]) => view(toBinary(ListAndWatchResponseSchema, create(ListAndWatchResponseSchema, { devices: ids.map((ID) => ({ ID, health: "Healthy" })) })));
+  assert.match(String(readDeviceList(list("a", "b\u0001"), 10)), /contains a control character/);
+  assert.match(String(readDeviceList(list("a", "a"), 10)), /device ID "a" is listed twice/);
+  assert.match(String(readDeviceList(list("a", "b", "c"), 2)), /device list of 3 devices exceeds security\.maxDevicesPerResource \(2\)/);
+});
+
+test("a list sent again unchanged is recognised from its bytes", () => {
+  const encode = (health: string) => toBinary(ListAndWatchResponseSchema, create(ListAndWatchResponseSchema, { devices: [{ ID: "a", health }, { ID: "b", health }] }));
+  const first = listRegion(view(encode("Healthy")))!;
+  assert.equal(sameBytes(first, listRegion(view(encode("Healthy")))!), true);
+  assert.equal(sameBytes(first, listRegion(view(encode("Unhealthy")))!), false);
+  assert.equal(sameBytes(listRegion([])!, listRegion([])!), true);
+});
