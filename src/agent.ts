@@ -15,7 +15,8 @@ import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { handlerFactories } from "./handlers/factories.ts";
-import { DeviceManager, type DeviceChange, type DeviceSettings } from "./handlers/deviceplugin/manager.ts";
+import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
+import { deviceSettings } from "./handlers/deviceplugin/device-settings.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
@@ -30,20 +31,6 @@ import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manag
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "./handlers/factories.ts";
-
-/** What the device manager takes from a policy (at start and on every reload). */
-export function deviceSettings(policy: Policy): DeviceSettings {
-  return {
-    gracePeriodMs: policy.devicePlugins.gracePeriodMs,
-    maxDevicesPerResource: policy.security.maxDevicesPerResource,
-    dialTimeoutMs: policy.reconcile.timeouts.dialMs,
-    endpointRules: {
-      socketOwners: policy.security.socketOwners,
-      watchDirs: policy.watch.map((dir) => dir.path),
-      ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
-    },
-  };
-}
 
 export interface AgentOptions {
   policy: Policy;

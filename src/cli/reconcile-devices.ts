@@ -11,7 +11,7 @@
  * the daemon.
  */
 import * as net from "node:net";
-import { deviceSettings } from "../agent.ts";
+import { deviceSettings } from "../handlers/deviceplugin/device-settings.ts";
 import { SocketInUseError } from "../api/socket-guard.ts";
 import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
 import { DeviceManager } from "../handlers/deviceplugin/manager.ts";

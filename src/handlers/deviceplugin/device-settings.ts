@@ -1,0 +1,16 @@
+/** What the device manager takes from a policy, at start and on every reload. */
+import type { Policy } from "../../policy/types.ts";
+import type { DeviceSettings } from "./types.ts";
+
+export function deviceSettings(policy: Policy): DeviceSettings {
+  return {
+    gracePeriodMs: policy.devicePlugins.gracePeriodMs,
+    maxDevicesPerResource: policy.security.maxDevicesPerResource,
+    dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+    endpointRules: {
+      socketOwners: policy.security.socketOwners,
+      watchDirs: policy.watch.map((dir) => dir.path),
+      ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
+    },
+  };
+}
