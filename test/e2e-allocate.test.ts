@@ -113,7 +113,7 @@ test("allocate prints the plugin's answer, refusals exit 1 with the kubelet's te
   assert.equal(unknown.stderr, "edgeplug allocate: refused: cannot allocate unregistered device acme.io/none\n");
   const changed = await runEdgeplug(["allocate", "--owner", "job-1", `${GPU}=1`, ...api]);
   assert.equal(changed.code, 1);
-  assert.match(changed.stderr, /refused: pod job-1 container main changed request for resource acme\.io\/gpu from 2 to 1/);
+  assert.match(changed.stderr, /refused: pod "job-1" container "main" changed request for resource "acme\.io\/gpu" from 2 to 1/);
 
   const released = await runEdgeplug(["release", "--owner", "job-1", ...api]);
   assert.deepEqual([released.code, released.stdout], [0, `released job-1 container main: ${GPU} gpu2, gpu1\n`]);
