@@ -27,6 +27,7 @@ import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
 import { logDescriptorLimit } from "./platform/fd-limit.ts";
 import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
+import type { Clock } from "./pluginmanager/operations.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
@@ -35,10 +36,8 @@ export { handlerFactories } from "./handlers/factories.ts";
 export interface AgentOptions {
   policy: Policy;
   log: Logger;
-  /** Test hook: while it returns true, the reconciler's heartbeats are dropped as if it had stalled. */
-  isStalled?: (source: string) => boolean;
-  /** Test hook: awaited after the API and metrics serve and before discovery starts. */
-  beforeDiscovery?: () => Promise<void>;
+  /** The clock of the plugin manager's timers and of health's heartbeat bound (default: the system's). */
+  clock?: Clock;
 }
 
 /** Readiness gates (SPEC.md section 4, /readyz). */
@@ -65,7 +64,6 @@ export class EdgeplugAgent {
   /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
   #policy: Policy;
   readonly #log: Logger;
-  readonly #beforeDiscovery: (() => Promise<void>) | undefined;
   #api: ApiSocketServer | null = null;
   #metricsEndpoint: MetricsEndpoint | null = null;
   #registrationServer: UnixServer | null = null;
@@ -75,12 +73,11 @@ export class EdgeplugAgent {
     const { policy, log } = options;
     this.#policy = policy;
     this.#log = log;
-    this.#beforeDiscovery = options.beforeDiscovery;
     this.health = createHealth({
       resyncMs: policy.reconcile.resyncMs,
       heartbeats: ["reconciler"],
       gates: policy.api.socket === null ? [GATE_CHECKPOINT, GATE_INITIAL_WALK] : [GATE_API_SERVING, GATE_CHECKPOINT, GATE_INITIAL_WALK],
-      isStalled: options.isStalled,
+      now: options.clock ? () => options.clock!.now() : undefined,
     });
     this.metrics =
       policy.api.metrics === null
@@ -103,6 +100,7 @@ export class EdgeplugAgent {
       log,
       observer: this.#observer(),
       handlers: handlerFactories(this.devices, this.#csiDra),
+      clock: options.clock,
     });
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
@@ -154,7 +152,6 @@ export class EdgeplugAgent {
       const restored = await this.devices.restore();
       this.metrics?.observeCheckpointRestore(restored.kind);
       this.health.markDone(GATE_CHECKPOINT);
-      await this.#beforeDiscovery?.();
       await this.manager.start();
     } catch (error) {
       await this.stop();

@@ -13,9 +13,12 @@ import { createClient } from "@connectrpc/connect";
 import { EdgeplugAgent } from "../src/agent.ts";
 import { Agent, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
+import type { Verdict } from "../src/api/health.ts";
+import type { Clock } from "../src/pluginmanager/operations.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
+import { manualClock } from "./support/manual-clock.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
@@ -32,7 +35,7 @@ interface Harness {
 /** An agent with its API socket and metrics on a free port, all under a temp dir. */
 async function startAgent(
   t: test.TestContext,
-  options: { policy?: (policy: Policy) => Policy; isStalled?: (source: string) => boolean; beforeDiscovery?: () => Promise<void>; start?: boolean } = {},
+  options: { policy?: (policy: Policy) => Policy; clock?: Clock; start?: boolean } = {},
 ): Promise<Harness> {
   const dir = tempDir(t);
   const registry = path.join(dir, "registry");
@@ -43,7 +46,7 @@ async function startAgent(
   });
   const logs: Array<Record<string, unknown>> = [];
   const log = createLogger({ level: "debug", format: "json", write: (line) => void logs.push(JSON.parse(line)) });
-  const agent = new EdgeplugAgent({ policy, log, isStalled: options.isStalled, beforeDiscovery: options.beforeDiscovery });
+  const agent = new EdgeplugAgent({ policy, log, clock: options.clock });
   t.after(() => agent.stop());
   if (options.start !== false) await agent.start();
   return { dir, registry, policy, agent, logs };
@@ -147,41 +150,36 @@ test("/metrics counts registrations and reports the kubelet's plugin gauge", asy
 });
 
 test("/readyz turns ready only once the initial walk is done", async (t) => {
-  let releaseDiscovery = () => {};
-  const discoveryMayStart = new Promise<void>((resolve) => (releaseDiscovery = resolve));
-  let reachedDiscovery = () => {};
-  const atDiscovery = new Promise<void>((resolve) => (reachedDiscovery = resolve));
-  const harness = await startAgent(t, {
-    start: false,
-    beforeDiscovery: async () => {
-      reachedDiscovery();
-      await discoveryMayStart;
-    },
-  });
-  const started = harness.agent.start();
-  await atDiscovery;
-  const before = await fetch(`${harness.agent.metricsUrl}/readyz`);
-  assert.equal(before.status, 503);
-  assert.match(await before.text(), /\[-\]initial-walk/);
-  releaseDiscovery();
-  await started;
+  const harness = await startAgent(t, { start: false });
+  // A socket there before start is found by the initial walk: its discovery is seen from inside the walk.
+  fs.mkdirSync(harness.registry, { recursive: true });
+  await startTestPlugin(t, { socketPath: path.join(harness.registry, "early.sock"), info: sensor });
+  let duringWalk: Verdict | undefined;
+  harness.agent.manager.subscribe(() => (duringWalk ??= harness.agent.health.readiness()));
+  await harness.agent.start();
+  assert.deepEqual(
+    duringWalk?.checks.map((check) => [check.name, check.ok]),
+    [["api-serving", true], ["checkpoint-restored", true], ["initial-walk", false]],
+    "serving and restored, not yet walked",
+  );
   const after = await fetch(`${harness.agent.metricsUrl}/readyz`);
   assert.equal(after.status, 200, await after.text());
 });
 
 test("/healthz turns 503 when the reconciler stalls and recovers when it beats again", async (t) => {
-  let stalled = false;
-  const { agent } = await startAgent(t, {
-    policy: (p) => ({ ...p, reconcile: { ...p.reconcile, resyncMs: 40 } }),
-    isStalled: () => stalled,
-  });
-  const healthz = async () => (await fetch(`${agent.metricsUrl}/healthz`)).status;
-  assert.equal(await healthz(), 200);
-  stalled = true;
-  // Three missed resync periods (120 ms) make it unhealthy; poll the endpoint until then.
-  await until(async () => (await healthz()) === 503, "healthz to report the stall");
-  stalled = false;
-  await until(async () => (await healthz()) === 200, "healthz to recover");
+  const clock = manualClock(Date.now());
+  const { agent } = await startAgent(t, { clock, policy: (p) => ({ ...p, reconcile: { ...p.reconcile, resyncMs: 40 } }) });
+  const healthz = async () => {
+    const response = await fetch(`${agent.metricsUrl}/healthz`);
+    return `${response.status} ${await response.text()}`;
+  };
+  assert.equal(await healthz(), "200 ok");
+  // Three resync periods and a bit go by and the reconciler's timer does not fire: stuck.
+  clock.skip(121);
+  assert.equal(await healthz(), "503 [-]reconciler no heartbeat for 121ms (bound 120ms: 3 resync periods of 40ms)\nhealthz check failed\n");
+  // The overdue resync runs: one pass, one heartbeat.
+  clock.advance(0);
+  assert.equal(await healthz(), "200 ok");
 });
 
 test("a reload that changes api.socket is logged as needing a restart and the old socket keeps serving", async (t) => {
@@ -209,12 +207,3 @@ test("a reload that declares a handler registers the plugin that was waiting for
   assert.equal(await agent.manager.whenSettled({ signal: AbortSignal.timeout(5000) }), true);
   assert.equal(agent.status().plugins[0]!.state, "registered");
 });
-
-/** Re-checks `condition` every 10 ms until it holds; fails naming `what` after 5 s. */
-async function until(condition: () => Promise<boolean>, what: string): Promise<void> {
-  const deadline = performance.now() + 5000;
-  while (!(await condition())) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}

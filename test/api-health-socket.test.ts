@@ -13,27 +13,24 @@ import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { EdgeplugAgent } from "../src/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
+import type { Clock } from "../src/pluginmanager/operations.ts";
+import { manualClock } from "./support/manual-clock.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
 
-async function startAgent(t: TestContext, options: { metrics?: boolean; start?: boolean } = {}) {
+async function startAgent(t: TestContext, options: { metrics?: boolean; clock?: Clock } = {}) {
   const dir = tempDir(t);
   const socket = path.join(dir, "api.sock");
   const policy = {
-    ...testPolicy({ watch: [path.join(dir, "registry")] }),
+    ...testPolicy({ watch: [path.join(dir, "registry")], resyncMs: 40 }),
     api: { socket, socketGroup: null, metrics: options.metrics ? "127.0.0.1:0" : null },
   };
-  let releaseDiscovery = () => {};
-  const discoveryMayStart = new Promise<void>((resolve) => (releaseDiscovery = resolve));
-  const agent = new EdgeplugAgent({ policy, log: quietLog, beforeDiscovery: () => discoveryMayStart });
-  t.after(async () => {
-    releaseDiscovery();
-    await agent.stop();
-  });
-  const started = agent.start();
-  return { agent, socket, releaseDiscovery, started };
+  const agent = new EdgeplugAgent({ policy, log: quietLog, clock: options.clock });
+  t.after(() => agent.stop());
+  await agent.start();
+  return { agent, socket };
 }
 
 async function curl(socket: string, ...args: string[]) {
@@ -42,44 +39,28 @@ async function curl(socket: string, ...args: string[]) {
   return { status: Number(lines.pop()), body: lines.join("\n") };
 }
 
-/** Waits for the socket file to answer (the agent serves it before discovery starts). */
-async function untilServing(socket: string): Promise<void> {
-  for (;;) {
-    const answered = await new Promise<boolean>((resolve) => {
-      const probe = net.connect(socket, () => {
-        probe.destroy();
-        resolve(true);
-      });
-      probe.on("error", () => resolve(false));
-    });
-    if (answered) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
-
-test("curl --unix-socket GET /healthz and /readyz: ready only once the initial walk is done", async (t) => {
-  const { socket, releaseDiscovery, started } = await startAgent(t);
-  await untilServing(socket);
-
+test("curl --unix-socket GET /healthz and /readyz: every gate listed once ready, and /healthz says when the reconciler stalls", async (t) => {
+  const clock = manualClock(Date.now());
+  const { socket } = await startAgent(t, { clock });
   assert.deepEqual(await curl(socket, "http://localhost/healthz"), { status: 200, body: "ok" });
-  const waiting = await curl(socket, "http://localhost/readyz");
-  assert.equal(waiting.status, 503);
-  assert.match(waiting.body, /\[-\]initial-walk not done/);
-  assert.match(waiting.body, /\[\+\]api-serving ok/);
-
-  releaseDiscovery();
-  await started;
-  const ready = await curl(socket, "http://localhost/readyz");
-  assert.equal(ready.status, 200);
-  assert.match(ready.body, /readyz check passed/);
+  assert.deepEqual(await curl(socket, "http://localhost/readyz"), {
+    status: 200,
+    body: "[+]api-serving ok\n[+]checkpoint-restored ok\n[+]initial-walk ok\nreadyz check passed\n",
+  });
   const head = await curl(socket, "--head", "http://localhost/healthz");
   assert.equal(head.status, 200);
+  // Three resync periods of 40 ms and a bit without the reconciler's timer firing.
+  clock.skip(121);
+  assert.deepEqual(await curl(socket, "http://localhost/healthz"), {
+    status: 503,
+    body: "[-]reconciler no heartbeat for 121ms (bound 120ms: 3 resync periods of 40ms)\nhealthz check failed\n",
+  });
+  clock.advance(0);
+  assert.deepEqual(await curl(socket, "http://localhost/healthz"), { status: 200, body: "ok" });
 });
 
 test("HTTP/2 clients get the same /healthz; a gRPC health check is answered Unimplemented", async (t) => {
-  const { socket, releaseDiscovery, started } = await startAgent(t);
-  releaseDiscovery();
-  await started;
+  const { socket } = await startAgent(t);
 
   const session = http2.connect("http://localhost", { createConnection: () => net.connect(socket) });
   t.after(() => session.close());
@@ -106,9 +87,7 @@ test("HTTP/2 clients get the same /healthz; a gRPC health check is answered Unim
 });
 
 test("a running agent exports edgeplug_build_info, and a refused reload turns the reload gauge to 0", async (t) => {
-  const { agent, releaseDiscovery, started } = await startAgent(t, { metrics: true });
-  releaseDiscovery();
-  await started;
+  const { agent } = await startAgent(t, { metrics: true });
   const scrape = async () => (await fetch(`${agent.metricsUrl}/metrics`)).text();
 
   const first = await scrape();

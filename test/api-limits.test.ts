@@ -20,6 +20,7 @@ import { Agent, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts"
 import { createLogger } from "../src/log/logger.ts";
 import { edgeplugV1, serviceOf } from "./support/kubelet-protos.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { waitUntil } from "./support/wait.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
 const HTTP2_PREFACE = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -57,7 +58,7 @@ test("an HTTP/1.1 client that sends its headers a byte at a time is cut off at t
   const closedAt = await client.closed;
   clearInterval(dribble);
   assert.ok(closedAt - openedAt >= 250, `closed after ${closedAt - openedAt} ms, before the deadline`);
-  await waitFor(() => server.connections === 0, "the server to forget the connection", 5_000);
+  await waitUntil(() => server.connections === 0, "the server to forget the connection", 5_000);
 });
 
 test("an HTTP/2 client silent after the preface, and one idle after its call, are closed", async (t) => {
@@ -78,7 +79,7 @@ test("an HTTP/2 client silent after the preface, and one idle after its call, ar
   );
   assert.equal(answer.node, "limits-node");
   assert.equal(server.connections, 1);
-  await waitFor(() => server.connections === 0, "the idle gRPC connection to be closed", 5_000);
+  await waitUntil(() => server.connections === 0, "the idle gRPC connection to be closed", 5_000);
 });
 
 test("a keep-alive HTTP/1.1 connection is closed once idle after its response", async (t) => {
@@ -92,19 +93,19 @@ test("a keep-alive HTTP/1.1 connection is closed once idle after its response", 
 test("past the connection cap new connections are closed at once, the admitted ones keep working", async (t) => {
   const server = await serve(t, { maxConnections: 4 });
   const admitted = await Promise.all([1, 2, 3, 4].map(() => connect(server.socketPath)));
-  await waitFor(() => server.connections === 4, "four admitted connections", 5_000);
+  await waitUntil(() => server.connections === 4, "four admitted connections", 5_000);
   const refused = await Promise.all([1, 2, 3].map(() => connect(server.socketPath)));
   await Promise.all(refused.map((client) => client.closed));
   assert.equal(server.connections, 4);
 
   // An admitted connection still gets answers; once one closes, a newcomer is admitted.
   admitted[0]!.socket.write("POST /edgeplug.v1.Agent/Status HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
-  await waitFor(() => admitted[0]!.received().includes("limits-node"), "a Status answer on an admitted connection", 5_000);
+  await waitUntil(() => admitted[0]!.received().includes("limits-node"), "a Status answer on an admitted connection", 5_000);
   admitted[1]!.socket.destroy();
-  await waitFor(() => server.connections === 3, "the closed connection to be forgotten", 5_000);
+  await waitUntil(() => server.connections === 3, "the closed connection to be forgotten", 5_000);
   const newcomer = await connect(server.socketPath);
   newcomer.socket.write("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
-  await waitFor(() => newcomer.received().startsWith("HTTP/1.1 404"), "an answer to the newcomer", 5_000);
+  await waitUntil(() => newcomer.received().startsWith("HTTP/1.1 404"), "an answer to the newcomer", 5_000);
   for (const client of [...admitted, newcomer]) client.socket.destroy();
 });
 
@@ -191,11 +192,3 @@ test("the metrics port caps its connections and closes slow-header clients", asy
   assert.equal(scrape.status, 200);
   await scrape.text();
 });
-
-async function waitFor(check: () => boolean, what: string, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}

@@ -1,6 +1,6 @@
 /**
  * The api.metrics endpoint over real HTTP: Prometheus text computed from
- * providers, /readyz gates, /healthz driven by heartbeats and the stall hook,
+ * providers, /readyz gates, /healthz driven by heartbeats and a manual clock,
  * bind errors, and an endpoint that lets the process exit once closed.
  */
 import { test, type TestContext } from "node:test";
@@ -10,6 +10,7 @@ import * as net from "node:net";
 import { createHealth } from "../src/api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type PluginSample } from "../src/api/metrics.ts";
 import { createLogger } from "../src/log/logger.ts";
+import { manualClock } from "./support/manual-clock.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
 
@@ -29,16 +30,6 @@ async function get(url: string, init: RequestInit = {}) {
 }
 
 /** Polls `url` until it answers `status`, failing after `timeoutMs`. */
-async function waitForStatus(url: string, status: number, timeoutMs = 3_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const answer = await get(url);
-    if (answer.status === status) return answer;
-    if (Date.now() > deadline) throw new Error(`${url} still answers ${answer.status} (${answer.body}) after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
-
 test("/metrics serves Prometheus text with the plugin gauge from its provider and counted registrations", async (t) => {
   const plugins: PluginSample[] = [
     { socket: "/var/lib/kubelet/plugins_registry/gpu.sock", state: "registered" },
@@ -87,23 +78,19 @@ test("/readyz answers 503 listing the gates until all are done, then 200", async
 });
 
 test("/healthz turns 503 when the reconciler's heartbeats stall, and 200 again once it beats", async (t) => {
-  let stalled = false;
-  const health = createHealth({
-    resyncMs: 20,
-    heartbeats: ["reconciler"],
-    isStalled: (source) => stalled && source === "reconciler",
-  });
-  // A stand-in for the reconciler's loop: it beats every pass.
-  const loop = setInterval(() => health.heartbeat("reconciler"), 5);
-  t.after(() => clearInterval(loop));
+  const clock = manualClock(1_000_000);
+  const health = createHealth({ resyncMs: 20, heartbeats: ["reconciler"], now: clock.now });
   const endpoint = await serve(t, { health });
 
   assert.deepEqual(await get(`${endpoint.url}/healthz`), { status: 200, contentType: "text/plain; charset=utf-8", body: "ok" });
-  stalled = true;
-  const failing = await waitForStatus(`${endpoint.url}/healthz`, 503);
-  assert.match(failing.body, /^\[-\]reconciler no heartbeat for \d+ms \(bound 60ms: 3 resync periods of 20ms\)\nhealthz check failed\n$/);
-  stalled = false;
-  assert.equal((await waitForStatus(`${endpoint.url}/healthz`, 200)).body, "ok");
+  clock.advance(60);
+  assert.equal((await get(`${endpoint.url}/healthz`)).status, 200, "three periods without a beat are within the bound");
+  clock.advance(1);
+  const failing = await get(`${endpoint.url}/healthz`);
+  assert.equal(failing.status, 503);
+  assert.equal(failing.body, "[-]reconciler no heartbeat for 61ms (bound 60ms: 3 resync periods of 20ms)\nhealthz check failed\n");
+  health.heartbeat("reconciler");
+  assert.deepEqual(await get(`${endpoint.url}/healthz`), { status: 200, contentType: "text/plain; charset=utf-8", body: "ok" });
 });
 
 test("unknown paths are 404, other methods 405, HEAD has no body", async (t) => {

@@ -21,16 +21,18 @@ import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { spawnRegistrationPlugin } from "./support/grpc-peers.ts";
 import { requireBinary, startDaemon, waitForPath, writePolicy } from "./support/agent-process.ts";
 import { makeShortTempDir, removeDir, tempDir } from "./support/temp-dir.ts";
+import { manualClock } from "./support/manual-clock.ts";
+import { waitUntil } from "./support/wait.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
 const routes = (router: ConnectRouter) =>
   router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "rate-node" }) });
 
-/** An API socket whose rate limiter reads `clock.ms` instead of the real clock. */
+/** An API socket whose rate limiter reads a manual clock instead of the real one. */
 async function serveWithClock(t: TestContext) {
-  const clock = { ms: 0 };
+  const clock = manualClock();
   const socketPath = path.join(tempDir(t), "api.sock");
-  const server = await serveApiSocket({ socketPath, routes, log: quietLog, now: () => clock.ms });
+  const server = await serveApiSocket({ socketPath, routes, log: quietLog, now: clock.now });
   t.after(() => server.close());
   return { socketPath, clock };
 }
@@ -69,7 +71,7 @@ test("HTTP/1.1: a burst of 10 per connection, then 429 until tokens refill at 10
   const other = keepAlive(t);
   assert.equal((await postStatus(socketPath, other)).status, 200, "another connection is not held back by the first");
 
-  clock.ms += 30; // three tokens at 100/s
+  clock.advance(30); // three tokens at 100/s
   const statuses = [];
   for (let i = 0; i < 4; i++) statuses.push((await postStatus(socketPath, connection)).status);
   assert.deepEqual(statuses, [200, 200, 200, 429]);
@@ -87,7 +89,7 @@ test("gRPC: the 11th call in a burst on one connection gets ResourceExhausted", 
     assert.match(connectError.rawMessage, /rate limit exceeded/);
     return true;
   });
-  clock.ms += 10;
+  clock.advance(10);
   assert.equal((await client.status({})).node, "rate-node", "one token back after 10 ms");
 });
 
@@ -131,7 +133,7 @@ test("dist/edgeplug: a plugin registers promptly while the API is flooded past i
     flooding = false;
     await Promise.all(loops);
   });
-  await waitFor(() => answered.limited > 100, "the flood to be rate-limited", 10_000);
+  await waitUntil(() => answered.limited > 100, "the flood to be rate-limited", 10_000);
 
   // The plugin runs in a process of its own: in this one the flood would starve it, not the agent.
   const info = { type: "acme.io/Sensor", name: "acme.io/under-flood", supported_versions: ["v1"] };
@@ -174,11 +176,3 @@ test("dist/edgeplug started with a soft descriptor limit of 256 runs with its ha
   assert.equal(limits.hard, ours.hard);
   assert.equal(limits.soft, limits.hard, "the soft limit was raised to the hard one");
 });
-
-async function waitFor(check: () => boolean, what: string, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}

@@ -12,12 +12,12 @@ import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
 import { createLogger } from "../src/log/logger.ts";
 import {
   healthyDevices,
-  manualClock,
   startFakeDevicePlugin,
   waitForDeviceState,
   type FakeDevicePluginOptions,
   type TestDevice,
 } from "./support/fake-device-plugin.ts";
+import { manualClock } from "./support/manual-clock.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const R = "acme.io/gpu";

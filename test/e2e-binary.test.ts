@@ -6,6 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { waitUntil } from "./support/wait.ts";
 import { execFile, spawn } from "node:child_process";
 import fs from "node:fs";
 import { once } from "node:events";
@@ -127,14 +128,6 @@ test("the executable runs one reconcile pass over an empty registration director
 });
 
 /** Resolves once `check()` is true; fails after `timeoutMs`. For filesystem-visible state only. */
-async function waitFor(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes its API socket", async (t) => {
   const dir = tempDir(t);
   const apiSocket = path.join(dir, "api.sock");
@@ -145,7 +138,7 @@ test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes
   const exited = once(agent, "exit") as Promise<[number | null, NodeJS.Signals | null]>;
   t.after(() => agent.kill("SIGKILL"));
 
-  await waitFor(() => fs.existsSync(apiSocket) || agent.exitCode !== null, 10_000, "the API socket");
+  await waitUntil(() => fs.existsSync(apiSocket) || agent.exitCode !== null, "the API socket", 10_000);
   assert.equal(agent.exitCode, null, `the agent exited early: ${stderr}`);
   const stoppedAt = performance.now();
   agent.kill("SIGTERM");

@@ -10,6 +10,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { waitUntil } from "./support/wait.ts";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -45,14 +46,6 @@ function listeningPorts(pid: number): number[] {
 }
 
 /** Resolves once `check()` is true; fails after `timeoutMs`. For state visible in /proc or the filesystem only. */
-async function waitFor(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 /** Starts a child, kills it after the test, and keeps its stderr for messages. */
 function start(t: { after(fn: () => void): void }, file: string, args: string[], env: NodeJS.ProcessEnv, cwd: string) {
   const child = spawn(file, args, { cwd, env, stdio: ["ignore", "ignore", "pipe"] });
@@ -77,7 +70,7 @@ function agentPolicy(dir: string): { policy: string; apiSocket: string } {
 async function startAgent(t: { after(fn: () => void): void }, dir: string, env: NodeJS.ProcessEnv, extraArgs: string[] = []) {
   const { policy, apiSocket } = agentPolicy(dir);
   const agent = start(t, binary, [...extraArgs, "run", "--config", policy], env, dir);
-  await waitFor(() => fs.existsSync(apiSocket) || agent.child.exitCode !== null, 15_000, "the agent's API socket");
+  await waitUntil(() => fs.existsSync(apiSocket) || agent.child.exitCode !== null, "the agent's API socket", 15_000);
   assert.equal(agent.child.exitCode, null, `the agent exited early: ${agent.output.stderr}`);
   return agent;
 }
@@ -94,11 +87,11 @@ test("SIGUSR1 opens no inspector in the executable, and the agent keeps running"
   const nodeBinary = path.join(repoRoot, "node_modules", "node", "bin", "node");
   // It says "ready" once its program runs: before that, Node has no SIGUSR1 handler and the signal kills it.
   const control = start(t, nodeBinary, ["--inspect-port=0", "-e", "setInterval(() => {}, 1000); console.error('ready')"], {}, dir);
-  await waitFor(() => control.output.stderr.includes("ready") || control.child.exitCode !== null, 15_000, "the control");
+  await waitUntil(() => control.output.stderr.includes("ready") || control.child.exitCode !== null, "the control", 15_000);
 
   agent.child.kill("SIGUSR1");
   control.child.kill("SIGUSR1");
-  await waitFor(() => listeningPorts(control.child.pid!).length > 0, 15_000, "the control's inspector to open");
+  await waitUntil(() => listeningPorts(control.child.pid!).length > 0, "the control's inspector to open", 15_000);
 
   assert.ok(alive(agent.child), `SIGUSR1 stopped the agent: ${agent.output.stderr}`);
   assert.deepEqual(listeningPorts(agent.child.pid!), [], "the agent listens on no TCP port after SIGUSR1");

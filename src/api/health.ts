@@ -26,13 +26,8 @@ export interface HealthOptions {
   heartbeats?: readonly string[];
   /** Readiness gates, not done until markDone(). */
   gates?: readonly string[];
-  /** Milliseconds clock (default Date.now). */
+  /** Milliseconds clock (default Date.now): the clock the loops' timers run on. */
   now?: () => number;
-  /**
-   * Test hook: while it returns true for a source, that source's heartbeats
-   * are dropped, exactly as if its loop had stopped.
-   */
-  isStalled?: (source: string) => boolean;
 }
 
 export interface Check {
@@ -81,7 +76,6 @@ export function createHealth(options: HealthOptions): Health {
 
   return {
     heartbeat(source) {
-      if (options.isStalled?.(source)) return;
       lastBeat.set(source, now());
     },
     markDone(gate) {

@@ -2,30 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Clock, OperationOutcome } from "./operations.ts";
 import { OperationExecutor } from "./operations.ts";
-
-/** A clock that moves only when told; timers fire in `advance`. */
-function manualClock() {
-  let now = 0;
-  const timers = new Set<{ at: number; callback: () => void }>();
-  const clock: Clock & { advance(ms: number): void; pendingTimers(): number } = {
-    now: () => now,
-    setTimer(callback, ms) {
-      const timer = { at: now + ms, callback };
-      timers.add(timer);
-      return () => timers.delete(timer);
-    },
-    advance(ms) {
-      now += ms;
-      for (const timer of [...timers].sort((a, b) => a.at - b.at)) {
-        if (timer.at > now) continue;
-        timers.delete(timer);
-        timer.callback();
-      }
-    },
-    pendingTimers: () => timers.size,
-  };
-  return clock;
-}
+import { manualClock } from "../../test/support/manual-clock.ts";
 
 /** A promise the test settles by hand. */
 function gate() {
@@ -229,12 +206,18 @@ test("stop aborts running operations, clears retry timers, refuses new ones and 
 });
 
 test("stop gives an operation that ignores its signal a bounded time", async () => {
-  const executor = new OperationExecutor({ backoff });
+  const clock = manualClock();
+  const executor = new OperationExecutor({ backoff, clock });
   const never = gate();
   executor.run("/r/stubborn.sock", () => never.promise.then(() => registered));
-  const started = performance.now();
-  await executor.stop(50);
-  assert.ok(performance.now() - started < 1000);
+  let stopped = false;
+  const stopping = executor.stop(50).then(() => (stopped = true));
+  clock.advance(49);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(stopped, false, "it waits for the operation within the grace");
+  clock.advance(1);
+  await stopping;
+  assert.equal(clock.pendingTimers(), 0);
   never.open();
 });
 

@@ -152,10 +152,7 @@ export class OperationExecutor {
     }
     if (running.length === 0) return;
     let cancelGrace = () => {};
-    const grace = new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, graceMs);
-      cancelGrace = () => clearTimeout(timer);
-    });
+    const grace = new Promise<void>((resolve) => (cancelGrace = this.#clock.setTimer(resolve, graceMs)));
     await Promise.race([Promise.allSettled(running), grace]);
     cancelGrace();
   }

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import type { TestContext } from "node:test";
 import { sensor, startTestPlugin } from "../../test/support/fake-plugin.ts";
 import { testPolicy } from "../../test/support/policy.ts";
+import { manualClock } from "../../test/support/manual-clock.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
@@ -135,32 +136,21 @@ test("a socket removed while its registration runs: the attempt is aborted and n
 });
 
 test("the periodic resync runs the watcher's rescan and a full compare, without polling in between", (t) => {
-  let now = 0;
-  const timers = new Map<number, { at: number; callback: () => void }>();
-  let nextId = 0;
-  const clock: Clock = {
-    now: () => now,
-    setTimer(callback, ms) {
-      const id = nextId++;
-      timers.set(id, { at: now + ms, callback });
-      return () => timers.delete(id);
-    },
-  };
+  const clock = manualClock();
   let rescans = 0;
   const dir = tempDir(t);
   const { asw, calls, reconciler } = setUp(t, dir, { clock, resyncMs: 10_000, onResync: () => rescans++ });
   reconciler.start();
-  assert.equal(timers.size, 1, "one resync timer");
+  assert.equal(clock.pendingTimers(), 1, "one resync timer");
   // A plugin the desired state does not know (its removal event was lost).
   const socket = path.join(dir, "lost.sock");
   const registration = { socket, type: "acme.io/Sensor", name: "x", endpoint: socket, versions: [] };
   asw.add({ socket, inode: "9", registration, handler: { async validatePlugin() {}, async registerPlugin() {}, deregisterPlugin: () => void calls.push("deregister lost.sock") } });
-  now = 10_000;
-  for (const [id, timer] of [...timers]) if (timer.at <= now) (timers.delete(id), timer.callback());
+  clock.advance(10_000);
   assert.equal(rescans, 1);
   assert.deepEqual(calls, ["deregister lost.sock"]);
   assert.equal(asw.size, 0);
-  assert.equal(timers.size, 1, "re-armed for the next resync");
+  assert.equal(clock.pendingTimers(), 1, "re-armed for the next resync");
   reconciler.stop();
-  assert.equal(timers.size, 0, "stop clears the resync timer");
+  assert.equal(clock.pendingTimers(), 0, "stop clears the resync timer");
 });

@@ -6,11 +6,13 @@ import { leaveStaleSocket, sensor, startFakePlugin, startGarbageListener, startT
 import type { FakePluginOptions } from "../../test/support/fake-plugin.ts";
 import { testPolicy } from "../../test/support/policy.ts";
 import type { TestPolicyOptions } from "../../test/support/policy.ts";
+import { manualClock } from "../../test/support/manual-clock.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
+import { waitUntil } from "../../test/support/wait.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { registerPlugin, unregisterPlugin } from "./registration.ts";
-import type { RegistrationContext } from "./registration.ts";
+import type { AttemptOutcome, RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, inodeOf } from "./state.ts";
 import type { DesiredSocket } from "./state.ts";
 import type { AttemptFailure, PluginHandler, PluginRegistration } from "./types.ts";
@@ -82,9 +84,7 @@ test("the registration connection is closed when the attempt ends", async (t) =>
   const before = descriptors();
   assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered");
   // Both ends live in this process; the plugin's end closes a moment after ours.
-  const deadline = performance.now() + 2000;
-  while (descriptors() > before && performance.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
-  assert.equal(descriptors(), before);
+  await waitUntil(() => descriptors() === before, "both ends of the registration connection to close", 2000);
 });
 
 test("a socket owned by a uid outside security.socketOwners is refused without dialing", async (t) => {
@@ -102,33 +102,40 @@ test("a stale socket (its plugin was killed) is reported stale once 100 ms have 
   const dir = tempDir(t);
   const socket = path.join(dir, "dead.sock");
   await leaveStaleSocket(socket);
-  const ctx = context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 5000, dialMs: 5000 } });
-  const justFound = desired(socket);
-  const outcome = await registerPlugin(justFound, ctx, signal());
-  const elapsed = Date.now() - justFound.discoveredAt.getTime();
-  assert.deepEqual([outcome.state, outcome.reason], ["stale", "stale"]);
-  assert.match(outcome.error!, /connection refused/);
-  assert.ok(elapsed >= 100, `stale ${elapsed} ms after discovery: it may still be between bind() and listen() until 100 ms`);
-  assert.ok(elapsed < 1000, `stale ${elapsed} ms after discovery: the grace ends at 100 ms, not at the 5 s dial timeout`);
+  const clock = manualClock(Date.now());
+  const ctx = { ...context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 5000, dialMs: 5000 } }), clock };
+  const justFound = { ...desired(socket), discoveredAt: new Date(clock.now()) };
+  let outcome: AttemptOutcome | undefined;
+  const attempt = registerPlugin(justFound, ctx, signal()).then((ended) => (outcome = ended));
+  // Within its grace a refused socket may still be between bind() and listen(): it is dialled again.
+  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait before dialling again");
+  clock.advance(99);
+  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait again, the grace not over");
+  assert.equal(outcome, undefined, "not stale within the grace");
+  clock.advance(1);
+  await attempt;
+  assert.deepEqual([outcome!.state, outcome!.reason], ["stale", "stale"]);
+  assert.match(outcome!.error!, /connection refused/);
 
-  const started = performance.now();
-  const retry = await registerPlugin({ ...justFound, discoveredAt: new Date(Date.now() - 1000) }, ctx, signal());
+  // A socket known for a while is stale at the first refusal: no timer, no wait for the 5 s dial timeout.
+  const retry = await registerPlugin({ ...justFound, discoveredAt: new Date(clock.now() - 1000) }, ctx, signal());
   assert.equal(retry.state, "stale");
-  assert.ok(performance.now() - started < 1000, "a socket known for a while is stale at the first refusal, not after the 5 s dial timeout");
+  assert.equal(clock.pendingTimers(), 0);
 });
 
 test("an attempt aborted while it waits for a just-found socket to listen ends at once", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "dead.sock");
   await leaveStaleSocket(socket);
+  const clock = manualClock(Date.now());
   const controller = new AbortController();
-  // Found "in the future", so its grace lasts 10 s: only the abort can end the attempt early.
-  const foundLater = { ...desired(socket), discoveredAt: new Date(Date.now() + 10_000) };
-  const attempt = registerPlugin(foundLater, context(dir, recordingHandler().handler), controller.signal);
-  setTimeout(() => controller.abort(new Error("socket removed")), 10);
-  const started = performance.now();
+  // The clock never moves, so the grace never ends: only the abort can end the attempt.
+  const justFound = { ...desired(socket), discoveredAt: new Date(clock.now()) };
+  const attempt = registerPlugin(justFound, { ...context(dir, recordingHandler().handler), clock }, controller.signal);
+  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait before dialling again");
+  controller.abort(new Error("socket removed"));
   assert.equal((await attempt).state, "aborted");
-  assert.ok(performance.now() - started < 5000, "not held until the grace ends");
+  assert.equal(clock.pendingTimers(), 0, "its timer cancelled");
 });
 
 test("a socket that accepts and answers garbage is failed, not stale", async (t) => {

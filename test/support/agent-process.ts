@@ -10,6 +10,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { makeShortTempDir, removeDir, tempDir } from "./temp-dir.ts";
 import type { CleansUpAfter } from "./temp-dir.ts";
+import { waitUntil } from "./wait.ts";
 
 export const EDGEPLUG_BINARY = fileURLToPath(new URL("../../dist/edgeplug", import.meta.url));
 
@@ -199,9 +200,5 @@ export function openDescriptors(pid: number): number {
 
 /** Resolves once `target` exists (state only the filesystem shows, so it is polled, with a deadline). */
 export async function waitForPath(target: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!fs.existsSync(target)) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${target} to exist`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await waitUntil(() => fs.existsSync(target), `${target} to exist`, timeoutMs);
 }

@@ -11,6 +11,7 @@ import * as fs from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import { devicePluginV1beta1, pluginRegistration, serviceOf } from "./kubelet-protos.ts";
 import { waitForEvent } from "./fake-plugin.ts";
+import { waitUntil } from "./wait.ts";
 
 export interface TestDevice {
   ID: string;
@@ -154,7 +155,7 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
     },
     async stop() {
       server.forceShutdown();
-      await waitForEvent(events, `${options.socketPath} to be removed`, () => !fs.existsSync(options.socketPath), 5000, 5);
+      await waitUntil(() => !fs.existsSync(options.socketPath), `${options.socketPath} to be removed`);
     },
   };
 }
@@ -189,26 +190,4 @@ export function waitForDeviceState(devices: ObservableDevices, what: string, che
   const events = new EventEmitter();
   const unsubscribe = devices.subscribe(() => events.emit("change"));
   return waitForEvent(events, what, check, timeoutMs).finally(unsubscribe);
-}
-
-/** A clock that moves only when told; timers fire in `advance`. */
-export function manualClock() {
-  let now = 0;
-  const timers = new Set<{ at: number; callback: () => void }>();
-  return {
-    now: () => now,
-    setTimer(callback: () => void, ms: number) {
-      const timer = { at: now + ms, callback };
-      timers.add(timer);
-      return () => void timers.delete(timer);
-    },
-    advance(ms: number) {
-      now += ms;
-      for (const timer of [...timers].sort((a, b) => a.at - b.at)) {
-        if (timer.at > now) continue;
-        timers.delete(timer);
-        timer.callback();
-      }
-    },
-  };
 }

@@ -10,6 +10,7 @@ import * as net from "node:net";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { pluginRegistration } from "./kubelet-protos.ts";
+import { waitUntil } from "./wait.ts";
 
 export interface FakePluginOptions {
   socketPath: string;
@@ -122,7 +123,7 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
       stopListening();
       server.forceShutdown();
       // grpc-js closes its listener asynchronously; the file goes with it.
-      await waitForEvent(events, `${options.socketPath} to be removed`, () => !fs.existsSync(options.socketPath), 5000, 5);
+      await waitUntil(() => !fs.existsSync(options.socketPath), `${options.socketPath} to be removed`);
     },
   };
 }
@@ -219,16 +220,10 @@ export async function leaveStaleSocket(socketPath: string): Promise<void> {
 
 /**
  * Resolves when `check()` holds, re-checking on each `change` event of
- * `events` (and every `pollMs` when given, for filesystem state); rejects
- * naming `what` after `timeoutMs`.
+ * `events`; rejects naming `what` after `timeoutMs`. (State that emits no
+ * event is for waitUntil, in wait.ts.)
  */
-export function waitForEvent(
-  events: EventEmitter,
-  what: string,
-  check: () => boolean,
-  timeoutMs: number,
-  pollMs?: number,
-): Promise<void> {
+export function waitForEvent(events: EventEmitter, what: string, check: () => boolean, timeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
     if (check()) return resolve();
     const onChange = () => {
@@ -236,7 +231,6 @@ export function waitForEvent(
       cleanup();
       resolve();
     };
-    const poll = pollMs ? setInterval(onChange, pollMs) : undefined;
     const deadline = AbortSignal.timeout(timeoutMs);
     const onDeadline = () => {
       cleanup();
@@ -244,7 +238,6 @@ export function waitForEvent(
     };
     const cleanup = () => {
       events.off("change", onChange);
-      clearInterval(poll);
       deadline.removeEventListener("abort", onDeadline);
     };
     deadline.addEventListener("abort", onDeadline, { once: true });

@@ -10,6 +10,7 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
+import { waitUntil } from "./wait.ts";
 
 /** A service definition (from kubelet-protos.ts) and the handlers that serve it. */
 export type ServiceBinding = [definition: grpc.ServiceDefinition, implementation: grpc.UntypedServiceImplementation];
@@ -38,7 +39,7 @@ export async function startGrpcServer(socketPath: string, services: ServiceBindi
       closing ??= new Promise<void>((resolve) => {
         server.forceShutdown();
         // forceShutdown closes the listener asynchronously; wait for the path to go.
-        waitFor(() => !fs.existsSync(socketPath), 2_000, `grpc-js server on ${socketPath} to stop`).then(resolve, resolve);
+        waitUntil(() => !fs.existsSync(socketPath), `grpc-js server on ${socketPath} to stop`, 2_000).then(resolve, resolve);
       });
       return closing;
     },
@@ -185,15 +186,6 @@ export async function createStaleSocket(socketPath: string): Promise<void> {
   const plugin = await spawnRegistrationPlugin(socketPath, { type: "stale", name: "stale" });
   await plugin.kill();
   if (!fs.lstatSync(socketPath).isSocket()) throw new Error(`expected a stale socket file at ${socketPath}`);
-}
-
-/** Polls `condition` until it holds, failing after `timeoutMs` with what was awaited. */
-export async function waitFor(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 /** Open file descriptors of this process, by number. */

@@ -9,6 +9,8 @@ import type { Clock } from "../../src/pluginmanager/operations.ts";
 export interface ManualClock extends Clock {
   /** Moves time forward by `ms`, firing every timer that falls due on the way (also those set meanwhile). */
   advance(ms: number): void;
+  /** Moves time forward by `ms` and fires nothing, as if every loop were stuck; `advance(0)` then fires what is overdue. */
+  skip(ms: number): void;
   /** Timers set and not yet fired or cancelled. */
   pendingTimers(): number;
 }
@@ -35,6 +37,9 @@ export function manualClock(start = 0): ManualClock {
         next.callback();
       }
       now = target;
+    },
+    skip(ms) {
+      now += ms;
     },
     pendingTimers: () => timers.size,
   };

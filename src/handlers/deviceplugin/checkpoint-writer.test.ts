@@ -3,6 +3,7 @@ import { test } from "node:test";
 import { createLogger, type LogFields } from "../../log/logger.ts";
 import { CheckpointWriter } from "./checkpoint-writer.ts";
 import type { CheckpointData, DeviceStateStore } from "./pod-devices.ts";
+import { manualClock } from "../../../test/support/manual-clock.ts";
 
 /** A store on no disk: records what it is asked to write, fails or hangs when told. */
 function memoryStore() {
@@ -18,29 +19,6 @@ function memoryStore() {
     },
   };
   return { store, written, fail: (message: string | null) => (failWith = message), hang: () => (hang = true) };
-}
-
-function manualClock() {
-  const timers = new Map<number, { at: number; callback: () => void }>();
-  let now = 0;
-  let next = 0;
-  return {
-    now: () => now,
-    setTimer(callback: () => void, ms: number) {
-      const id = next++;
-      timers.set(id, { at: now + ms, callback });
-      return () => void timers.delete(id);
-    },
-    advance(ms: number) {
-      now += ms;
-      for (const [id, timer] of [...timers]) {
-        if (timer.at > now) continue;
-        timers.delete(id);
-        timer.callback();
-      }
-    },
-    pending: () => timers.size,
-  };
 }
 
 function writerFor(memory: ReturnType<typeof memoryStore>, state: { ids: string[] }, clock = manualClock()) {
@@ -118,7 +96,7 @@ test("a failed write is logged once, retried with backoff without a new change, 
   assert.equal(writer.stats.lastError, null);
   assert.ok(records.some((r) => r["msg"] === "checkpoint written again after failed writes"));
   writer.stop();
-  assert.equal(clock.pending(), 0, "no retry timer left");
+  assert.equal(clock.pendingTimers(), 0, "no retry timer left");
 });
 
 test("flush gives up after its timeout when the disk hangs", async () => {
