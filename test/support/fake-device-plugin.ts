@@ -13,6 +13,9 @@ import { devicePluginV1beta1, pluginRegistration, serviceOf } from "./kubelet-pr
 import { waitForEvent } from "./fake-plugin.ts";
 import { waitUntil } from "./wait.ts";
 
+/** The tests' one manual clock, re-exported for the device tests that take it from here. */
+export { manualClock } from "./manual-clock.ts";
+
 export interface TestDevice {
   ID: string;
   health: string;
