@@ -1,56 +1,13 @@
 import assert from "node:assert/strict";
-import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { leaveStaleSocket, sensor, startFakePlugin, startGarbageListener, startTestPlugin } from "../../test/support/fake-plugin.ts";
+import { sensor, startFakePlugin, startTestPlugin } from "../../test/support/fake-plugin.ts";
 import type { FakePluginOptions } from "../../test/support/fake-plugin.ts";
-import { testPolicy } from "../../test/support/policy.ts";
 import type { TestPolicyOptions } from "../../test/support/policy.ts";
-import { manualClock } from "../../test/support/manual-clock.ts";
-import { tempDir } from "../../test/support/temp-dir.ts";
-import { waitUntil } from "../../test/support/wait.ts";
-import { createLogger } from "../log/logger.ts";
-import { HandlerSet } from "./handler-set.ts";
+import { context, desired, log, recordingHandler, signal } from "../../test/support/registration-harness.ts";
 import { registerPlugin, unregisterPlugin } from "./registration.ts";
-import type { AttemptOutcome, RegistrationContext } from "./registration.ts";
-import { ActualStateOfWorld, inodeOf } from "./state.ts";
-import type { DesiredSocket } from "./state.ts";
-import type { AttemptFailure, PluginHandler, PluginRegistration } from "./types.ts";
-
-const log = createLogger({ level: "error", format: "text" });
-
-/** A handler that records what it is asked and fails where told to. */
-function recordingHandler(behaviour: { validate?: () => Promise<void>; register?: () => Promise<void> } = {}) {
-  const calls: string[] = [];
-  const registrations: PluginRegistration[] = [];
-  const handler: PluginHandler = {
-    async validatePlugin(plugin) {
-      calls.push(`validate ${plugin.name}`);
-      await behaviour.validate?.();
-    },
-    async registerPlugin(plugin) {
-      calls.push(`register ${plugin.name}`);
-      registrations.push(plugin);
-      await behaviour.register?.();
-    },
-    deregisterPlugin(plugin) {
-      calls.push(`deregister ${plugin.name}`);
-    },
-  };
-  return { handler, calls, registrations };
-}
-
-function desired(socket: string): DesiredSocket {
-  return { socket, inode: inodeOf(fs.lstatSync(socket, { bigint: true })), discoveredAt: new Date() };
-}
-
-/** A registration context for `dir` whose `acme.io/Sensor` handler is `handler`. */
-function context(dir: string, handler: PluginHandler, policy: Partial<TestPolicyOptions> = {}): RegistrationContext {
-  const full = testPolicy({ watch: [dir], handlers: { "acme.io/Sensor": {}, DevicePlugin: {} }, ...policy });
-  return { policy: full, handlers: new HandlerSet(full, { generic: () => handler }, { connectionLost() {} }), asw: new ActualStateOfWorld(), log };
-}
-
-const signal = () => AbortSignal.timeout(10_000);
+import type { AttemptFailure } from "./types.ts";
+import { tempDir } from "../../test/support/temp-dir.ts";
 
 test("a good plugin: GetInfo, validate, recorded, register, notify(true); endpoint defaults to the socket", async (t) => {
   const dir = tempDir(t);
@@ -70,103 +27,6 @@ test("a good plugin: GetInfo, validate, recorded, register, notify(true); endpoi
   assert.deepEqual(ctx.asw.plugins().map((p) => p.socket), [socket]);
   assert.deepEqual(fake.notifications().map((n) => [n.registered, n.error]), [[true, ""]]);
   assert.equal(fake.getInfoCalls(), 1);
-});
-
-test("the registration connection is closed when the attempt ends", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "temp.sock");
-  await startTestPlugin(t, { socketPath: socket, info: sensor() });
-  const ctx = context(dir, recordingHandler().handler);
-  const descriptors = () => fs.readdirSync("/proc/self/fd").length;
-  // Warm-up: the first attempt loads http2 and may keep process-wide descriptors.
-  await registerPlugin(desired(socket), ctx, signal());
-  ctx.asw.remove(socket);
-  const before = descriptors();
-  assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered");
-  // Both ends live in this process; the plugin's end closes a moment after ours.
-  await waitUntil(() => descriptors() === before, "both ends of the registration connection to close", 2000);
-});
-
-test("a socket owned by a uid outside security.socketOwners is refused without dialing", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "foreign.sock");
-  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
-  fs.chownSync(socket, 4242, 4242);
-  const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler), signal());
-  assert.deepEqual(outcome, { state: "failed", reason: "socket_owner", error: "socket owned by uid 4242, not in security.socketOwners [0]", info: null });
-  assert.equal(fake.getInfoCalls(), 0);
-  assert.deepEqual(fake.notifications(), []);
-});
-
-test("a stale socket (its plugin was killed) is reported stale once 100 ms have passed since discovery, at once after that", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "dead.sock");
-  await leaveStaleSocket(socket);
-  const clock = manualClock(Date.now());
-  const ctx = { ...context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 5000, dialMs: 5000 } }), clock };
-  const justFound = { ...desired(socket), discoveredAt: new Date(clock.now()) };
-  let outcome: AttemptOutcome | undefined;
-  const attempt = registerPlugin(justFound, ctx, signal()).then((ended) => (outcome = ended));
-  // Within its grace a refused socket may still be between bind() and listen(): it is dialled again.
-  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait before dialling again");
-  clock.advance(99);
-  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait again, the grace not over");
-  assert.equal(outcome, undefined, "not stale within the grace");
-  clock.advance(1);
-  await attempt;
-  assert.deepEqual([outcome!.state, outcome!.reason], ["stale", "stale"]);
-  assert.match(outcome!.error!, /connection refused/);
-
-  // A socket known for a while is stale at the first refusal: no timer, no wait for the 5 s dial timeout.
-  const retry = await registerPlugin({ ...justFound, discoveredAt: new Date(clock.now() - 1000) }, ctx, signal());
-  assert.equal(retry.state, "stale");
-  assert.equal(clock.pendingTimers(), 0);
-});
-
-test("an attempt aborted while it waits for a just-found socket to listen ends at once", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "dead.sock");
-  await leaveStaleSocket(socket);
-  const clock = manualClock(Date.now());
-  const controller = new AbortController();
-  // The clock never moves, so the grace never ends: only the abort can end the attempt.
-  const justFound = { ...desired(socket), discoveredAt: new Date(clock.now()) };
-  const attempt = registerPlugin(justFound, { ...context(dir, recordingHandler().handler), clock }, controller.signal);
-  await waitUntil(() => clock.pendingTimers() === 1, "the attempt to wait before dialling again");
-  controller.abort(new Error("socket removed"));
-  assert.equal((await attempt).state, "aborted");
-  assert.equal(clock.pendingTimers(), 0, "its timer cancelled");
-});
-
-test("a socket that accepts and answers garbage is failed, not stale", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "garbage.sock");
-  const garbage = await startGarbageListener(socket);
-  t.after(() => garbage.close());
-  const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler), signal());
-  assert.deepEqual([outcome.state, outcome.reason], ["failed", "get_info"]);
-  assert.match(outcome.error!, /^RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket /);
-});
-
-test("a GetInfo that hangs fails after timeouts.getInfo", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "hang.sock");
-  await startTestPlugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
-  const outcome = await registerPlugin(desired(socket), context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 50 } }), signal());
-  assert.equal(outcome.state, "failed");
-  assert.match(outcome.error!, /GetInfo at socket .*hang\.sock, err: no answer within 50ms/);
-});
-
-test("a plugin answering GetInfo with a gRPC error is told why it was not registered", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "early.sock");
-  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 1 });
-  const ctx = context(dir, recordingHandler().handler);
-  const outcome = await registerPlugin(desired(socket), ctx, signal());
-  assert.deepEqual([outcome.state, outcome.reason], ["failed", "get_info"]);
-  assert.match(outcome.error!, /plugin not ready yet/);
-  assert.equal((await fake.waitForNotify()).registered, false);
-  assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered", "the retry succeeds");
 });
 
 const refusals: [string, FakePluginOptions["info"], Partial<TestPolicyOptions>, AttemptFailure, (socket: string, dir: string) => string][] = [
@@ -259,24 +119,6 @@ test("when the connection dropped before NotifyRegistrationStatus, the plugin is
   assert.deepEqual(fake.notifications().map((n) => n.registered), [true]);
 });
 
-test("a socket gone, replaced or no longer a socket when its attempt starts is socket_missing, and is not dialled", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "p.sock");
-  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
-  const ctx = context(dir, recordingHandler().handler);
-  const replaced = { ...desired(socket), inode: "0:0:0" };
-  const gone = { ...desired(socket), socket: path.join(dir, "gone.sock") };
-  const file = path.join(dir, "file");
-  fs.writeFileSync(file, "");
-  const notSocket = { ...desired(socket), socket: file };
-  const outcomes = await Promise.all([replaced, gone, notSocket].map((entry) => registerPlugin(entry, ctx, signal())));
-  assert.deepEqual(outcomes.map((outcome) => [outcome.state, outcome.reason]), [["failed", "socket_missing"], ["failed", "socket_missing"], ["failed", "socket_missing"]]);
-  assert.match(outcomes[0]!.error!, /re-created during registration/);
-  assert.match(outcomes[1]!.error!, /no longer exists/);
-  assert.match(outcomes[2]!.error!, /is not a unix socket/);
-  assert.equal(fake.getInfoCalls(), 0);
-});
-
 test("a plugin that cannot take NotifyRegistrationStatus(true) is failed with notify and left unregistered", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
@@ -302,15 +144,4 @@ test("unregistration never dials: it works when the plugin is gone", async (t) =
   unregisterPlugin(ctx.asw.get(socket)!, ctx.asw, log);
   assert.equal(ctx.asw.size, 0);
   assert.deepEqual(calls, ["validate acme.io/temp", "register acme.io/temp", "deregister acme.io/temp"]);
-});
-
-test("an attempt aborted while GetInfo hangs ends at once, reporting nothing", async (t) => {
-  const dir = tempDir(t);
-  const socket = path.join(dir, "hang.sock");
-  const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), hangGetInfo: true });
-  const controller = new AbortController();
-  const attempt = registerPlugin(desired(socket), context(dir, recordingHandler().handler, { timeouts: { getInfoMs: 10_000 } }), controller.signal);
-  await fake.waitForGetInfo();
-  controller.abort(new Error("socket removed"));
-  assert.equal((await attempt).state, "aborted");
 });
