@@ -10,6 +10,7 @@ import { test } from "node:test";
 import { handlerFactories } from "../src/agent.ts";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
+import { systemClock } from "../src/pluginmanager/operations.ts";
 import type { PluginHandler } from "../src/pluginmanager/types.ts";
 import { leaveStaleSocket, sensor, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin } from "./support/fake-plugin.ts";
@@ -164,7 +165,10 @@ test("a stale socket is reported stale once its 100 ms listen grace is over and 
 
 test("plugins that bind their socket before they listen are registered without ever being reported stale", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir] });
+  // Time stands still for the listen grace while the re-dials wait on real timers, so a
+  // loaded machine that delays a listen() past the 100 ms grace cannot end it.
+  const graceNeverEnds = { now: () => 0, setTimer: systemClock.setTimer };
+  const { manager, changes } = await startManager(t, { watch: [dir] }, { clock: graceNeverEnds });
   // The watcher sees each file at bind(); the plugin listens 0 to 60 ms later.
   for (const [i, listenDelayMs] of [0, 1, 2, 5, 10, 20, 40, 60].entries()) {
     const fake = await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`), listenDelayMs });
