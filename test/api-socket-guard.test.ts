@@ -91,12 +91,11 @@ test("a stale socket left by a killed process is removed, and the path is free t
 test("the API socket is served in place of a stale one, and the replacement is logged", async (t) => {
   const socketPath = path.join(socketDir(t), "api.sock");
   await leaveStaleSocket(socketPath);
-  const staleInode = fs.lstatSync(socketPath).ino;
   const lines: string[] = [];
   const log = createLogger({ format: "json", write: (line) => lines.push(line) });
   const server = await serveApiSocket({ socketPath, routes: () => {}, log });
   t.after(() => server.close());
-  assert.notEqual(fs.lstatSync(socketPath).ino, staleInode);
+  // A connection is accepted where the stale socket refused one (its inode may well be reused).
   await new Promise<void>((resolve, reject) => net.connect(socketPath).on("connect", function (this: net.Socket) {
     this.destroy();
     resolve();

@@ -9,6 +9,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { startDaemon, startEdgeplug } from "./support/agent-process.ts";
+import { watchAgent } from "./support/agent-events.ts";
 import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
@@ -66,8 +67,10 @@ test("status --watch prints the snapshot, then each event as it comes", async (t
 
 test("curl reads the agent's status as JSON from the API socket", async (t) => {
   const { policy, agent } = await startDaemon(t);
+  const agentView = await watchAgent(t, policy.apiSocket);
   const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "c.sock"), info: sensor });
-  await plugin.waitForNotify();
+  // The plugin hears Notify before the agent has taken its answer: wait for the agent's own word.
+  await agentView.until("the plugin registered", (view) => view.plugins.get(plugin.socketPath)?.state === "registered");
 
   const { stdout } = await promisify(execFile)("curl", [
     "--silent", "--fail-with-body", "--unix-socket", policy.apiSocket,
