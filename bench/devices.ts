@@ -17,7 +17,7 @@
 import * as path from "node:path";
 import { requireBinary, shortTempDir } from "../test/support/agent-process.ts";
 import type { StatusResponse } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { residentKiB } from "./support/proc.ts";
+import { clockTicksPerSecond, cpuTicks, residentKiB } from "./support/proc.ts";
 import { encodedList, startRawDevicePlugin, type RawDevicePlugin } from "./support/raw-device-plugin.ts";
 import { retried, startDevicesAgent, type DevicesAgent, type EventLog } from "./support/devices-agent.ts";
 import { measureCheckpointWrites } from "./support/devices-checkpoint.ts";
@@ -29,6 +29,7 @@ const ALLOCATIONS = Math.max(50, Number(process.env.BENCH_ALLOCATIONS) || 300);
 const RESOURCE = "bench.io/dev";
 const SIZES = [10_000, 100_000];
 const REFLECT_TIMEOUT_MS = 30_000;
+const TICKS_PER_SECOND = clockTicksPerSecond();
 
 export const TARGETS = { reflected10kMs: 50, reflected100kMs: 500, checkpointWrite10kMs: 30, allocateP50Ms: 5, registrationP50Ms: 5 };
 
@@ -40,6 +41,15 @@ export function progress(message: string): void {
 function reflects(status: StatusResponse, count: number, prefix: string): boolean {
   const resource = status.resources.find((r) => r.name === RESOURCE);
   return resource !== undefined && resource.capacity === count && resource.healthy[0]?.startsWith(prefix) === true;
+}
+
+/**
+ * A pause after each list: its checkpoint write (up to 100 ms later) and the
+ * plugin's list budget (half a core, endpoint.ts) are over before the next
+ * one, which then measures one list rather than a plugin sending them back to back.
+ */
+function settle(count: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, count >= 100_000 ? 4000 : 300));
 }
 
 /** Sends `list` and waits for the WatchEvents event that shows it: the time from the write to its arrival. */
@@ -77,11 +87,17 @@ async function measureLists(agent: DevicesAgent, plugin: RawDevicePlugin) {
   for (const count of SIZES) {
     progress(`${count} devices: ${TRIALS} trials until an event shows the list, ${TRIALS} until Status does (1 warm-up each)`);
     const events: number[] = [];
+    const cpu: number[] = [];
     const watcher = agent.watch();
     for (let trial = 0; trial <= TRIALS; trial++) {
       const { prefix, bytes } = list(count);
+      const ticks = cpuTicks(agent.pid);
       const ms = await untilEvent(watcher, plugin, bytes, count, prefix);
-      if (trial > 0) events.push(ms);
+      // Its checkpoint write comes up to 100 ms later: counted too; then the plugin's list budget refills.
+      await settle(count);
+      if (trial === 0) continue;
+      events.push(ms);
+      cpu.push(((cpuTicks(agent.pid) - ticks) * 1000) / TICKS_PER_SECOND);
     }
     watcher.close();
     const status: number[] = [];
@@ -90,6 +106,7 @@ async function measureLists(agent: DevicesAgent, plugin: RawDevicePlugin) {
       const { prefix, bytes } = list(count);
       messageBytes = bytes.length;
       const ms = await untilStatus(agent, plugin, bytes, count, prefix);
+      await settle(count);
       if (trial > 0) status.push(ms);
     }
     const calls: number[] = [];
@@ -97,6 +114,7 @@ async function measureLists(agent: DevicesAgent, plugin: RawDevicePlugin) {
     results[`devices${count}`] = {
       messageBytes,
       untilWatchEventsShowsIt: summarize(events),
+      agentCpuMsPerList: summarize(cpu),
       untilStatusShowsIt: summarize(status),
       statusCallWhenUnchanged: summarize(calls),
     };

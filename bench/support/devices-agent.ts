@@ -6,6 +6,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
+import process from "node:process";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { Agent, type Event } from "../../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../../src/rpc/unix-channel.ts";
@@ -42,6 +43,9 @@ export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
   const registrationSocket = path.join(dir, "dp", "kubelet.sock");
   const apiSocket = path.join(dir, "api.sock");
   fs.mkdirSync(registry, { recursive: true });
+  // BENCH_DEVICES_CHECKPOINT_DIR: the checkpoint on another filesystem (e.g. /dev/shm, to see what fsync costs).
+  const elsewhere = process.env.BENCH_DEVICES_CHECKPOINT_DIR;
+  const stateDir = elsewhere ? fs.mkdtempSync(path.join(elsewhere, "edgeplug-bench-")) : path.join(dir, "state");
   const policyPath = path.join(dir, "policy.yaml");
   fs.writeFileSync(
     policyPath,
@@ -54,14 +58,16 @@ export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
       "  DevicePlugin: {}",
       "  acme.io/Sensor: { kind: generic, versions: [v1] }",
       `devicePlugins: { registrationSocket: ${registrationSocket} }`,
-      `checkpoint: { path: ${path.join(dir, "state", "kubelet_internal_checkpoint")} }`,
+      `checkpoint: { path: ${path.join(stateDir, "kubelet_internal_checkpoint")} }`,
       "reconcile: { resync: 1h }",
       `api: { socket: ${apiSocket}, metrics: null }`,
       "log: { level: info, format: json }",
       "",
     ].join("\n"),
   );
-  const agent = startEdgeplug(["run", "--config", policyPath]);
+  // BENCH_DEVICES_NODE_OPTIONS: Node/V8 flags for the agent (the executable's debug switch), to compare runtime settings.
+  const nodeOptions = process.env.BENCH_DEVICES_NODE_OPTIONS;
+  const agent = startEdgeplug([...(nodeOptions ? [`--node-options=${nodeOptions}`] : []), "run", "--config", policyPath]);
   await agent.waitForLog("edgeplug running", 30_000).catch(async (error: unknown) => {
     agent.child.kill("SIGKILL");
     throw error;
@@ -84,6 +90,7 @@ export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
     async stop() {
       for (const log of [...watchers]) log.close();
       for (const channel of channels) channel.close();
+      if (elsewhere) fs.rmSync(stateDir, { recursive: true, force: true });
       if (agent.child.exitCode !== null || agent.child.signalCode !== null) return (await agent.exited).code;
       agent.child.kill("SIGTERM");
       const killer = setTimeout(() => agent.child.kill("SIGKILL"), 3000);

@@ -72,8 +72,11 @@ function stringsJson(values: readonly string[] | null): string {
   if (values === null) return "null";
   let out = "[";
   for (let i = 0; i < values.length; i++) {
+    const value = values[i]!;
     if (i > 0) out += ",";
-    out += goJsonString(values[i]!);
+    // Most ids need no escaping: added as they are, without a string made for each.
+    if (NEEDS_ESCAPE.test(value)) out += goJsonString(value);
+    else out += '"' + value + '"';
   }
   return out + "]";
 }
