@@ -27,7 +27,7 @@ import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
 import { logDescriptorLimit } from "./platform/fd-limit.ts";
 import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
-import type { Clock } from "./pluginmanager/operations.ts";
+import type { Clock } from "./platform/clock.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */

@@ -14,7 +14,7 @@ import { EdgeplugAgent } from "../src/agent.ts";
 import { Agent, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Verdict } from "../src/api/health.ts";
-import type { Clock } from "../src/pluginmanager/operations.ts";
+import type { Clock } from "../src/platform/clock.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";

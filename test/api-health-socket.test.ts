@@ -13,7 +13,7 @@ import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { EdgeplugAgent } from "../src/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
-import type { Clock } from "../src/pluginmanager/operations.ts";
+import type { Clock } from "../src/platform/clock.ts";
 import { manualClock } from "./support/manual-clock.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";

@@ -10,7 +10,7 @@ import { test } from "node:test";
 import { handlerFactories } from "../src/agent.ts";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
-import { systemClock } from "../src/pluginmanager/operations.ts";
+import { systemClock } from "../src/platform/clock.ts";
 import type { PluginHandler } from "../src/pluginmanager/types.ts";
 import { leaveStaleSocket, sensor, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin } from "./support/fake-plugin.ts";

@@ -1,18 +1,19 @@
 /**
- * The set of handlers the policy declares, by plugin type, built from the
- * factories the composition root hands in. A declared type whose handler
- * this build does not have (a built-in not written yet) stays in the set as
- * unavailable, so that its plugins are told why they are refused. The
- * policy's name and version rules for a handler are checked here, once, for
- * every handler.
+ * The handlers the policy declares, by plugin type, built from the
+ * composition root's factories, and the one place the policy's type, name
+ * and version rules are checked for every handler. A declared type this
+ * build has no handler for stays in the set as unavailable, so that its
+ * plugins are told why they are refused.
  */
 import { isDeepStrictEqual } from "node:util";
 import type { Logger } from "../log/logger.ts";
 import { globMatch, nameAllowed } from "../policy/glob.ts";
 import type { HandlerPolicy, Policy } from "../policy/types.ts";
+import type { PluginInfoSummary } from "./registration-client.ts";
+import type { Refusal } from "./registration.ts";
 import type { HandlerContext, HandlerFactories, PluginHandler } from "./types.ts";
+import { isUnder } from "./watcher.ts";
 
-/** A declared handler this build has. */
 export interface AvailableHandler {
   type: string;
   policy: HandlerPolicy;
@@ -20,7 +21,7 @@ export interface AvailableHandler {
   unavailable?: undefined;
 }
 
-/** A declared handler this build does not have; `unavailable` is what its plugins are told. */
+/** `unavailable` is what its plugins are told. */
 export interface UnavailableHandler {
   type: string;
   policy: HandlerPolicy;
@@ -33,24 +34,18 @@ export type HandlerEntry = AvailableHandler | UnavailableHandler;
 export class HandlerSet {
   readonly #entries = new Map<string, HandlerEntry>();
 
-  /**
-   * Builds a handler for each declared type. With `previous` (a policy
-   * reload), a type whose handler policy is unchanged keeps its entry and
-   * handler instance; the others get new ones.
-   */
+  /** With `previous` (a reload), a type whose handler policy is unchanged keeps its handler instance. */
   constructor(policy: Policy, factories: HandlerFactories, context: HandlerContext, previous?: HandlerSet) {
     for (const [type, handlerPolicy] of policy.handlers) {
       const kept = previous?.get(type);
-      if (kept && isDeepStrictEqual(kept.policy, handlerPolicy)) {
-        this.#entries.set(type, kept);
-        continue;
-      }
       const factory = factories[handlerPolicy.kind === "generic" ? "generic" : type];
       this.#entries.set(
         type,
-        factory
-          ? { type, policy: handlerPolicy, handler: factory(handlerPolicy, context) }
-          : { type, policy: handlerPolicy, unavailable: `handler ${type} is not available in this build` },
+        kept && isDeepStrictEqual(kept.policy, handlerPolicy)
+          ? kept
+          : factory
+            ? { type, policy: handlerPolicy, handler: factory(handlerPolicy, context) }
+            : { type, policy: handlerPolicy, unavailable: `handler ${type} is not available in this build` },
       );
     }
   }
@@ -59,12 +54,12 @@ export class HandlerSet {
     return this.#entries.get(type);
   }
 
-  /** Every declared handler, in the policy's order. */
+  /** In the policy's order. */
   entries(): HandlerEntry[] {
     return [...this.#entries.values()];
   }
 
-  /** Logs each declared type that this build cannot handle, except those `previous` already had. */
+  /** Warns of each declared type this build cannot handle, except those `previous` already had. */
   logUnavailable(log: Logger, previous?: HandlerSet): void {
     for (const entry of this.#entries.values()) {
       if (entry.unavailable && !previous?.get(entry.type)?.unavailable) log.warn("handler not available in this build", { type: entry.type });
@@ -72,7 +67,23 @@ export class HandlerSet {
   }
 }
 
-/** Why the policy refuses a plugin name, or null when `allow`/`deny` accept it (deny wins). */
+/** The handler that takes a plugin, or why none does (type, the watch directory's `types`, allow/deny, versions). */
+export function decideHandler(policy: Policy, handlers: HandlerSet, socket: string, info: PluginInfoSummary): { entry: AvailableHandler } | { refusal: Refusal } {
+  const entry = handlers.get(info.type);
+  if (!entry) {
+    return { refusal: { reason: "no_handler", error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` } };
+  }
+  if (entry.unavailable !== undefined) return { refusal: { reason: "handler_unavailable", error: entry.unavailable } };
+  // The deepest watch directory holding the socket is the one it was found in.
+  const dir = policy.watch.filter((watch) => isUnder(socket, watch.path)).sort((a, b) => b.path.length - a.path.length)[0];
+  const error =
+    dir?.types && !dir.types.includes(info.type)
+      ? `plugin type ${info.type} is not accepted from watch directory ${dir.path} (types ${JSON.stringify(dir.types)})`
+      : (nameRefusal(entry.policy, info.name) ?? versionRefusal(entry.policy, info.versions));
+  return error ? { refusal: { reason: "policy", error } } : { entry };
+}
+
+/** Why `allow`/`deny` refuse a plugin name (deny wins), or null. */
 export function nameRefusal(policy: HandlerPolicy, name: string): string | null {
   if (nameAllowed(name, policy.allow, policy.deny)) return null;
   const denied = policy.deny.find((pattern) => globMatch(pattern, name));
@@ -80,7 +91,7 @@ export function nameRefusal(policy: HandlerPolicy, name: string): string | null 
   return `plugin name ${name} is not allowed by handler ${policy.type} (allow ${JSON.stringify(policy.allow)})`;
 }
 
-/** Why the policy refuses these advertised versions (none accepted), or null; `versions: null` accepts any. */
+/** Why none of the advertised versions is accepted, or null; `versions: null` accepts any. */
 export function versionRefusal(policy: HandlerPolicy, versions: readonly string[]): string | null {
   if (policy.versions === null || versions.some((version) => policy.versions!.includes(version))) return null;
   return `none of the plugin's versions ${JSON.stringify(versions)} is accepted by handler ${policy.type} (versions ${JSON.stringify(policy.versions)})`;

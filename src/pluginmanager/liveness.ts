@@ -1,21 +1,19 @@
 /**
- * Liveness of registered plugins (SPEC.md section 6). A handler that keeps
- * a connection to its plugin (device plugins, DRA) reports its loss; every
- * other registered plugin is dialled every `reconcile.liveness.interval`
- * when the policy turns that on: connect and HTTP/2 handshake, no call, so
- * a plugin still sees one GetInfo and one Notify per registration, as with
- * the kubelet. A plugin found dead (its socket refuses or is gone) or whose
- * connection was lost is deregistered, marked `stale` with an event, and
- * registered again after a backoff window, like any stale socket.
+ * Liveness of registered plugins (SPEC.md section 6). Handlers that keep a
+ * connection (device plugins, DRA) report its loss; the others are dialled
+ * every `reconcile.liveness.interval` when set: connect and HTTP/2
+ * handshake, no call, so a plugin still sees one GetInfo and one Notify per
+ * registration, as with the kubelet. A dead or lost plugin is deregistered,
+ * turns `stale` and is registered again after a backoff window.
  */
+import type { Clock } from "../platform/clock.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
-import type { Clock, OperationExecutor } from "./operations.ts";
+import type { OperationExecutor } from "./operations.ts";
 import type { PluginStatusCache } from "./plugin-status.ts";
-import type { RegistrationContext } from "./registration.ts";
-import { staleSocket, unregisterPlugin } from "./registration.ts";
+import { type RegistrationContext, staleSocket, unregisterPlugin } from "./registration.ts";
 import type { RegisteredPlugin } from "./state.ts";
-import type { Failure, PluginRegistration } from "./types.ts";
+import type { Failure, HandlerContext, PluginRegistration } from "./types.ts";
 
 export interface LivenessOptions {
   context: RegistrationContext;
@@ -40,13 +38,11 @@ export class PluginLiveness {
     this.#options = options;
   }
 
-  /** Starts reacting to losses and, when the policy asks, the periodic dial. */
   start(): void {
     this.#running = true;
     this.policyChanged();
   }
 
-  /** Stops the periodic dial (closing dials in flight) and ignores losses from now on. */
   stop(): void {
     this.#running = false;
     this.#cancelTimer();
@@ -54,7 +50,7 @@ export class PluginLiveness {
     this.#lostWhileRunning.clear();
   }
 
-  /** Re-arms the periodic dial when the policy's interval changed (0: off). */
+  /** Re-arms the dial when the interval changed (0: off). */
   policyChanged(): void {
     const intervalMs = this.#options.context.policy.reconcile.liveness.intervalMs;
     if (!this.#running || intervalMs === this.#intervalMs) return;
@@ -63,11 +59,7 @@ export class PluginLiveness {
     this.#arm();
   }
 
-  /**
-   * A handler says a registered plugin's connection dropped (the
-   * HandlerContext hook). A plugin that is not (or no longer) registered
-   * with that name and endpoint is ignored.
-   */
+  /** {@link HandlerContext.connectionLost}: ignored unless registered with that name and endpoint. */
   connectionLost(lost: PluginRegistration, error: string): void {
     if (!this.#running) return;
     const plugin = this.#registered(lost);
@@ -79,7 +71,7 @@ export class PluginLiveness {
     this.#markStale(plugin, { reason: "connection_lost", error }, "plugin connection lost");
   }
 
-  /** The socket's operation ended (the executor's onReady): applies a loss reported meanwhile. */
+  /** Applies a loss reported while the socket's operation ran. */
   operationEnded(socket: string): void {
     const lost = this.#lostWhileRunning.get(socket);
     this.#lostWhileRunning.delete(socket);

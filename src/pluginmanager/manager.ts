@@ -1,40 +1,29 @@
 /**
- * The plugin manager, composed (the kubelet's plugin_manager.go): the
- * watcher fills the desired state, the reconciler compares it with the
- * actual state and starts register/unregister operations through the
- * executor, outcomes feed the status cache, and liveness watches what is
- * registered. Only wiring lives here.
- *
- * @example
- * ```ts
- * const manager = new PluginManager({ policy, log, handlers: handlerFactories() });
- * manager.subscribe((change) => console.log(change.plugin.socket, change.plugin.state));
- * await manager.start();
- * const settled = await manager.whenSettled({ signal: AbortSignal.timeout(10_000) });
- * await manager.stop();
- * ```
+ * The plugin manager, wired as the kubelet's plugin_manager.go: the watcher
+ * fills the desired state, the reconciler starts register and unregister
+ * operations through the executor, outcomes feed the status cache, and
+ * liveness watches what is registered.
  */
 import type { Logger } from "../log/logger.ts";
-import type { Policy, WatchDir } from "../policy/types.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
+import type { Policy } from "../policy/types.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { PluginLiveness } from "./liveness.ts";
-import type { Clock } from "./operations.ts";
-import { OperationExecutor, systemClock } from "./operations.ts";
-import type { AttemptReport, SettleOptions } from "./plugin-status.ts";
-import { PluginStatusCache } from "./plugin-status.ts";
+import { OperationExecutor } from "./operations.ts";
+import { type AttemptReport, PluginStatusCache, type SettleOptions } from "./plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
-import type { HandlerContext, HandlerFactories, PluginChange, PluginRecord } from "./types.ts";
+import { type HandlerFactories, messageOf, type PluginChange, type PluginRecord } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 export type { AttemptReport, SettleOptions } from "./plugin-status.ts";
 
-/** What the manager reports for metrics and health; every method is optional and must not throw. */
+/** For metrics and health; every method is optional and must not throw. */
 export interface PluginManagerObserver {
-  /** Every reconcile pass that ran: on each desired-state event and each periodic resync (source "reconciler"). */
+  /** Every reconcile pass: each desired-state event and each periodic resync. */
   heartbeat?(source: "reconciler"): void;
-  /** Every registration attempt that ended, except aborted ones. */
+  /** Every attempt that ended, except aborted ones. */
   attemptEnded?(attempt: AttemptReport): void;
 }
 
@@ -42,20 +31,18 @@ export interface PluginManagerOptions {
   policy: Policy;
   log: Logger;
   observer?: PluginManagerObserver;
-  /** The handler factories of this build, keyed by built-in type or `generic` (the composition root's). */
+  /** This build's handler factories, from the composition root. */
   handlers: HandlerFactories;
   clock?: Clock;
 }
 
-/** SPEC.md: the agent exits within 2 s of SIGTERM; operations get this long to end. */
+/** SPEC.md: the agent exits within 2 s of SIGTERM. */
 const STOP_GRACE_MS = 1500;
 
 export class PluginManager {
-  readonly #factories: HandlerFactories;
-  readonly #handlerContext: HandlerContext;
-  readonly #log: Logger;
+  readonly #options: PluginManagerOptions;
   readonly #dsw = new DesiredStateOfWorld();
-  /** Everything a registration reads from the policy; a reload swaps it here, in one place. */
+  /** A reload swaps the policy and handlers here, in one place. */
   readonly #context: RegistrationContext;
   readonly #status: PluginStatusCache;
   readonly #executor: OperationExecutor;
@@ -66,47 +53,36 @@ export class PluginManager {
   #stopped: Promise<void> | null = null;
 
   constructor(options: PluginManagerOptions) {
-    const { policy, log, observer = {} } = options;
-    const clock = options.clock ?? systemClock;
-    this.#log = log;
-    this.#factories = options.handlers;
-    this.#handlerContext = { connectionLost: (plugin, reason) => this.#liveness.connectionLost(plugin, reason) };
-    const handlers = new HandlerSet(policy, this.#factories, this.#handlerContext);
-    this.#context = { policy, handlers, asw: new ActualStateOfWorld(), log, clock };
-    const status = new PluginStatusCache({ log, clock, attemptEnded: (attempt) => observer.attemptEnded?.(attempt) });
-    const executor = new OperationExecutor({
+    const { policy, log, observer = {}, clock = systemClock } = options;
+    this.#options = options;
+    this.#context = { policy, handlers: this.#handlerSet(policy), asw: new ActualStateOfWorld(), log, clock };
+    const status = (this.#status = new PluginStatusCache({ log, clock, attemptEnded: (attempt) => observer.attemptEnded?.(attempt) }));
+    const executor = (this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock,
       onReady: (socket) => {
         this.#liveness.operationEnded(socket);
         this.#reconciler.reconcile(socket);
       },
-    });
-    this.#status = status;
-    this.#executor = executor;
+    }));
     this.#liveness = new PluginLiveness({ context: this.#context, executor, status, clock });
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
-    this.#reconciler = new Reconciler({
-      dsw: this.#dsw,
-      executor,
-      context: this.#context,
-      status,
-      resyncMs: policy.reconcile.resyncMs,
-      clock,
-      onResync: () => this.#watcher.rescan(),
-      onPass: () => notify(log, "heartbeat", () => observer.heartbeat?.("reconciler")),
-    });
+    const heartbeat = () => {
+      try {
+        observer.heartbeat?.("reconciler");
+      } catch (error) {
+        log.error("plugin manager observer failed", { hook: "heartbeat", error: messageOf(error) });
+      }
+    };
+    const { resyncMs } = policy.reconcile;
+    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, status, resyncMs, clock, onResync: () => this.#watcher.rescan(), onPass: heartbeat });
   }
 
-  /**
-   * Creates and watches the watch directories, records the sockets already
-   * there and starts their registrations. Rejects (and stops) when a watch
-   * directory cannot be created.
-   */
+  /** Creates, watches and walks the watch directories; rejects (and stops) when one cannot be created. */
   async start(): Promise<void> {
     if (this.#phase !== "new") throw new Error(`plugin manager already ${this.#phase === "running" ? "started" : "stopped"}`);
     this.#phase = "running";
-    this.handlers.logUnavailable(this.#log);
+    this.handlers.logUnavailable(this.#options.log);
     this.#dsw.subscribe((change) => this.#status.track(change));
     this.#reconciler.start();
     this.#liveness.start();
@@ -118,46 +94,33 @@ export class PluginManager {
     }
   }
 
-  /** The policy's handlers, so that callers can reach a handler's own state (replaced by {@link applyPolicy}). */
+  /** The policy's handlers, for a handler's own state; replaced by {@link applyPolicy}. */
   get handlers(): HandlerSet {
     return this.#context.handlers;
   }
 
   /**
-   * Applies a new, already validated policy at once (SPEC.md section 2,
-   * SIGHUP). Watch dirs: an added one is created, walked and watched; the
-   * sockets of a removed one leave the list. A registered plugin the new
-   * policy refuses is deregistered and goes back to `pending` with the
-   * reason (its next attempt tells it); one still accepted stays with the
-   * handler that took it, and a type whose handler policy is unchanged keeps
-   * its handler. Every socket not registered is retried at once. An attempt
-   * in flight finishes under the policy it started with, then its outcome
-   * is checked against the new one. A lowered `security.maxPlugins`
-   * deregisters nothing (as the kubelet keeps what it has). Backoff and
-   * timeouts apply to the next attempts; a new liveness interval re-arms its
-   * timer. Does nothing once stopped.
+   * Applies a validated policy at once (SPEC.md section 2, SIGHUP). A plugin
+   * it refuses is deregistered and goes back to `pending`; an attempt in
+   * flight ends under its old policy and is judged by the new one; every
+   * socket not registered is retried now. A lowered `maxPlugins` deregisters
+   * nothing, as the kubelet keeps what it has.
    */
   applyPolicy(policy: Policy): void {
     if (this.#phase === "stopped") return;
-    const previous = { ...this.#context };
+    const previous = this.#context.handlers;
     this.#context.policy = policy;
-    this.#context.handlers = new HandlerSet(policy, this.#factories, this.#handlerContext, previous.handlers);
+    this.#context.handlers = this.#handlerSet(policy, previous);
     this.#executor.setBackoff(policy.reconcile.backoff);
     this.#reconciler.setResyncPeriod(policy.reconcile.resyncMs);
     this.#liveness.policyChanged();
-    if (this.#phase === "new") return this.#watcher.setDirs(policy.watch);
-    this.#context.handlers.logUnavailable(this.#log, previous.handlers);
-    logWatchChanges(this.#log, previous.policy.watch, policy.watch);
+    if (this.#phase === "running") this.#context.handlers.logUnavailable(this.#options.log, previous);
     // Sockets of removed dirs leave first, so that nothing below touches them.
     this.#watcher.setDirs(policy.watch);
-    this.#reconciler.policyChanged();
+    if (this.#phase === "running") this.#reconciler.policyChanged();
   }
 
-  /**
-   * Closes every watcher and timer, aborts registrations in flight and waits
-   * for them to end (at most 1.5 s). Registered plugins stay with their
-   * handlers. Safe to call twice.
-   */
+  /** Closes every watch and timer and waits (at most 1.5 s) for aborted operations; plugins stay with their handlers. */
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#phase = "stopped";
@@ -175,28 +138,17 @@ export class PluginManager {
     return this.#status.plugins();
   }
 
-  /** Calls `listener` once per state change of a socket, in order; returns the unsubscribe function. */
+  /** `listener` hears each state change of a socket, in order. */
   subscribe(listener: (change: PluginChange) => void): () => void {
     return this.#status.subscribe(listener);
   }
 
-  /** Resolves true once `predicate` holds over {@link plugins}, false when `signal` fires or the manager stops. */
+  /** True once `predicate` holds over {@link plugins}; false when `signal` fires or the manager stops. */
   whenSettled(options: SettleOptions = {}): Promise<boolean> {
     return this.#status.whenSettled(options);
   }
-}
 
-function logWatchChanges(log: Logger, before: readonly WatchDir[], after: readonly WatchDir[]): void {
-  const [was, now] = [before, after].map((dirs) => new Set(dirs.map((dir) => dir.path)));
-  for (const dir of now!) if (!was!.has(dir)) log.info("watch directory added", { dir });
-  for (const dir of was!) if (!now!.has(dir)) log.info("watch directory no longer watched", { dir });
-}
-
-/** Observers must not throw; one that does is logged and the manager goes on. */
-function notify(log: Logger, hook: string, call: () => void): void {
-  try {
-    call();
-  } catch (error) {
-    log.error("plugin manager observer failed", { hook, error: error instanceof Error ? error.message : String(error) });
+  #handlerSet(policy: Policy, previous?: HandlerSet): HandlerSet {
+    return new HandlerSet(policy, this.#options.handlers, { connectionLost: (plugin, reason) => this.#liveness.connectionLost(plugin, reason) }, previous);
   }
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { Clock, OperationOutcome } from "./operations.ts";
+import type { Clock } from "../platform/clock.ts";
+import type { OperationOutcome } from "./operations.ts";
 import { OperationExecutor } from "./operations.ts";
 import { manualClock } from "../../test/support/manual-clock.ts";
 

@@ -1,51 +1,32 @@
 /**
  * The operation executor (the kubelet's goroutinemap with exponential
- * backoff): at most one operation per key (socket path) at a time, different
- * keys in parallel, and after a failed outcome a per-key backoff window
- * during which the key's operations are refused. One timer per key in
- * backoff tells the owner when the window ends; nothing polls.
+ * backoff): one operation per key (socket path) at a time, keys in
+ * parallel, and after a failure a per-key window in which the key's
+ * operations are refused. A timer per key in backoff tells the owner when
+ * the window ends; nothing polls.
  */
+import { type Clock, systemClock } from "../platform/clock.ts";
 import type { AttemptState } from "./types.ts";
-
-/** Time source, injectable so tests control backoff windows. */
-export interface Clock {
-  now(): number;
-  /** Calls `callback` after `ms`; returns a function that cancels it. */
-  setTimer(callback: () => void, ms: number): () => void;
-}
-
-export const systemClock: Clock = {
-  now: () => Date.now(),
-  setTimer(callback, ms) {
-    const timer = setTimeout(callback, ms);
-    return () => clearTimeout(timer);
-  },
-};
 
 export interface BackoffPolicy {
   initialMs: number;
   maxMs: number;
 }
 
-/**
- * What the executor reads of an operation's outcome: `failed` and `stale`
- * open (or double) the key's backoff window, `aborted` leaves it as it was,
- * `registered` clears it.
- */
+/** `failed` and `stale` open (or double) the key's window, `aborted` leaves it, `registered` clears it. */
 export interface OperationOutcome {
   readonly state: AttemptState;
 }
 
-/** An operation on one key; its signal fires on abort and stop. */
+/** Its signal fires on abort and stop. */
 export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
 
-/** `started`, or why the operation was not started. */
 export type RunResult = "started" | "already-running" | "backoff" | "stopped";
 
 export interface OperationExecutorOptions {
   backoff: BackoffPolicy;
   clock?: Clock;
-  /** Called when a key's operation ended or its backoff window closed: the owner may want to run again. */
+  /** A key's operation ended or its window closed: the owner may run again. */
   onReady?: (key: string) => void;
 }
 
@@ -69,24 +50,20 @@ export class OperationExecutor {
     this.#onReady = options.onReady ?? (() => {});
   }
 
-  /**
-   * Starts `operation` for `key` unless one is running or the key is in its
-   * backoff window. Its outcome sets the key's backoff (see
-   * {@link OperationOutcome}); a rejection counts as `failed`, and an
-   * operation whose signal fired never counts as a failure.
-   */
+  /** Starts `operation` unless `key` is busy or in backoff. A rejection counts as `failed`; an aborted operation never fails. */
   run(key: string, operation: Operation): RunResult {
     if (this.#stopped) return "stopped";
-    const state = this.#keys.get(key) ?? { failures: 0, retryAt: 0 };
+    const state = this.#state(key);
     if (state.running) return "already-running";
-    if (state.failures > 0 && this.#clock.now() < state.retryAt) return "backoff";
-    this.#keys.set(key, state);
+    if (this.inBackoff(key)) return "backoff";
     const controller = new AbortController();
-    const done = invoke(operation, controller.signal)
-      .then(
-        (outcome) => this.#ended(key, state, controller.signal, outcome.state),
-        () => this.#ended(key, state, controller.signal, "failed"),
-      )
+    const ended = (outcome: AttemptState) => {
+      if (outcome === "registered") this.#clearFailures(state);
+      else if (outcome !== "aborted" && !controller.signal.aborted && !this.#stopped) this.#openWindow(key, state);
+    };
+    // Called now, so that it sees an abort that follows at once.
+    const done = new Promise<OperationOutcome>((resolve) => resolve(operation(controller.signal)))
+      .then((outcome) => ended(outcome.state), () => ended("failed"))
       .finally(() => {
         state.running = undefined;
         this.#forgetIfIdle(key, state);
@@ -96,18 +73,12 @@ export class OperationExecutor {
     return "started";
   }
 
-  /**
-   * Counts a failure for `key` without running anything (a registered
-   * plugin's connection dropped): its next operation waits out the window.
-   */
+  /** Counts a failure without running anything (a registered plugin's connection dropped). */
   backOff(key: string): void {
-    if (this.#stopped) return;
-    const state = this.#keys.get(key) ?? { failures: 0, retryAt: 0 };
-    this.#keys.set(key, state);
-    this.#openWindow(key, state);
+    if (!this.#stopped) this.#openWindow(key, this.#state(key));
   }
 
-  /** Backoff for the failures to come; windows already open keep their end. */
+  /** For the failures to come; windows already open keep their end. */
   setBackoff(backoff: BackoffPolicy): void {
     this.#backoff = backoff;
   }
@@ -116,13 +87,12 @@ export class OperationExecutor {
     return this.#keys.get(key)?.running !== undefined;
   }
 
-  /** Whether `key`'s last operation failed and its backoff window is still open. */
   inBackoff(key: string): boolean {
     const state = this.#keys.get(key);
     return state !== undefined && state.failures > 0 && this.#clock.now() < state.retryAt;
   }
 
-  /** Forgets `key`'s failures (a new socket appeared at the path): the next run starts at once. */
+  /** Forgets `key`'s failures (a new socket at the path, a reload): its next run starts at once. */
   resetBackoff(key: string): void {
     const state = this.#keys.get(key);
     if (!state) return;
@@ -130,25 +100,19 @@ export class OperationExecutor {
     this.#forgetIfIdle(key, state);
   }
 
-  /** Fires the signal of `key`'s running operation, if any. */
   abort(key: string, reason = "socket removed"): void {
     this.#keys.get(key)?.running?.controller.abort(new Error(reason));
   }
 
-  /**
-   * Refuses new operations, aborts running ones, clears every timer and waits
-   * for the running operations to end, at most `graceMs`. Safe to call twice.
-   */
+  /** Refuses new operations, aborts and awaits running ones for at most `graceMs`, clears every timer. */
   async stop(graceMs = 1500): Promise<void> {
     this.#stopped = true;
     const running: Promise<void>[] = [];
     for (const state of this.#keys.values()) {
       state.cancelTimer?.();
       state.cancelTimer = undefined;
-      if (state.running) {
-        state.running.controller.abort(new Error("plugin manager stopping"));
-        running.push(state.running.done);
-      }
+      state.running?.controller.abort(new Error("plugin manager stopping"));
+      if (state.running) running.push(state.running.done);
     }
     if (running.length === 0) return;
     let cancelGrace = () => {};
@@ -157,9 +121,10 @@ export class OperationExecutor {
     cancelGrace();
   }
 
-  #ended(key: string, state: KeyState, signal: AbortSignal, outcome: AttemptState): void {
-    if (outcome === "registered") this.#clearFailures(state);
-    else if (outcome !== "aborted" && !signal.aborted && !this.#stopped) this.#openWindow(key, state);
+  #state(key: string): KeyState {
+    let state = this.#keys.get(key);
+    if (!state) this.#keys.set(key, (state = { failures: 0, retryAt: 0 }));
+    return state;
   }
 
   #openWindow(key: string, state: KeyState): void {
@@ -169,8 +134,7 @@ export class OperationExecutor {
     state.cancelTimer?.();
     state.cancelTimer = this.#clock.setTimer(() => {
       state.cancelTimer = undefined;
-      // The timer closes the window: timers may fire a millisecond before
-      // Date.now() reaches retryAt, and a refused retry would have no timer left.
+      // Timers may fire a millisecond before now() reaches retryAt; a refused retry would have no timer left.
       state.retryAt = 0;
       if (!this.#stopped) this.#onReady(key);
     }, delay);
@@ -185,14 +149,5 @@ export class OperationExecutor {
 
   #forgetIfIdle(key: string, state: KeyState): void {
     if (!state.running && state.failures === 0 && this.#keys.get(key) === state) this.#keys.delete(key);
-  }
-}
-
-/** Calls `operation` now (so it sees an abort that follows at once), turning a synchronous throw into a rejection. */
-function invoke(operation: Operation, signal: AbortSignal): Promise<OperationOutcome> {
-  try {
-    return Promise.resolve(operation(signal));
-  } catch (error) {
-    return Promise.reject(error);
   }
 }

@@ -1,14 +1,13 @@
 /**
  * The per-socket records that `status`, events and `--reconcile-once` show
- * (SPEC.md section 5): a small cache fed by the desired state (a socket
- * found, re-created or removed) and by operation outcomes. It decides
- * nothing; it logs each change of state once and tells its subscribers.
+ * (SPEC.md section 5), fed by desired-state changes and attempt outcomes.
+ * It decides nothing: it logs each change of state once and tells subscribers.
  */
 import type { Logger } from "../log/logger.ts";
-import type { Clock } from "./operations.ts";
+import type { Clock } from "../platform/clock.ts";
 import type { AttemptOutcome } from "./registration.ts";
-import type { DesiredChange, DesiredSocket } from "./state.ts";
-import type { AttemptFailure, AttemptState, Failure, PluginChange, PluginRecord } from "./types.ts";
+import { type DesiredChange, type DesiredSocket, sortedBySocket } from "./state.ts";
+import { type AttemptFailure, type AttemptState, type Failure, messageOf, type PluginChange, type PluginRecord } from "./types.ts";
 
 /** One attempt that ended (aborted ones are not reported), for metrics. */
 export interface AttemptReport {
@@ -23,20 +22,21 @@ export interface AttemptReport {
 }
 
 export interface SettleOptions {
-  /** What to wait for; default: every known socket is registered (true when none is known). */
+  /** Default: every known socket is registered (true when none is known). */
   predicate?: (plugins: PluginRecord[]) => boolean;
-  /** Gives up (resolving false) when it fires. */
+  /** Gives up (false) when it fires. */
   signal?: AbortSignal;
 }
+
+type SocketIdentity = Pick<DesiredSocket, "socket" | "inode">;
 
 export class PluginStatusCache {
   readonly #records = new Map<string, { record: PluginRecord; inode: string }>();
   readonly #listeners = new Set<(change: PluginChange) => void>();
-  readonly #onClose = new Set<() => void>();
   readonly #log: Logger;
   readonly #clock: Clock;
   readonly #attemptEnded: (attempt: AttemptReport) => void;
-  #closed = false;
+  readonly #closed = new AbortController();
 
   constructor(options: { log: Logger; clock: Clock; attemptEnded?: (attempt: AttemptReport) => void }) {
     this.#log = options.log;
@@ -44,7 +44,7 @@ export class PluginStatusCache {
     this.#attemptEnded = options.attemptEnded ?? (() => {});
   }
 
-  /** Keeps one record per desired socket: a new one is pending, a re-created one replaces its predecessor. */
+  /** One record per desired socket: a new one is pending, a re-created one replaces its predecessor. */
   track(change: DesiredChange): void {
     const previous = change.previous && this.#records.get(change.socket);
     if (previous) {
@@ -54,25 +54,15 @@ export class PluginStatusCache {
     }
     if (!change.current) return;
     const record: PluginRecord = {
-      socket: change.socket,
-      type: null,
-      name: null,
-      endpoint: null,
-      versions: [],
-      state: "pending",
-      attempts: 0,
-      registeredAt: null,
-      error: null,
-      reason: null,
-      discoveredAt: change.current.discoveredAt,
-      lastAttemptAt: null,
+      socket: change.socket, type: null, name: null, endpoint: null, versions: [], state: "pending", attempts: 0,
+      registeredAt: null, error: null, reason: null, discoveredAt: change.current.discoveredAt, lastAttemptAt: null,
     };
     this.#records.set(change.socket, { record, inode: change.current.inode });
     this.#log.debug("plugin socket discovered", { socket: change.socket });
     this.#emit(record, false);
   }
 
-  /** Counts an attempt on `desired`; returns its start time for {@link attemptEnded}. */
+  /** Counts an attempt; returns its start time for {@link attemptEnded}. */
   attemptStarted(desired: DesiredSocket): number {
     const record = this.#recordOf(desired);
     if (record) {
@@ -82,102 +72,80 @@ export class PluginStatusCache {
     return this.#clock.now();
   }
 
-  /** Records how an attempt ended; an aborted one changes nothing. */
+  /** An aborted attempt changes nothing. */
   attemptEnded(desired: DesiredSocket, outcome: AttemptOutcome, startedAt: number): void {
     if (outcome.state === "aborted") return;
     const { state, reason, error, info } = outcome;
-    const durationMs = this.#clock.now() - startedAt;
-    this.#report({ socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs, reason, error });
+    const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs: this.#clock.now() - startedAt, reason, error };
+    this.#guard("plugin manager observer failed", () => this.#attemptEnded(attempt), { hook: "attemptEnded" });
     const record = this.#recordOf(desired);
     if (!record) return;
     const changed = record.state !== state || record.error !== error;
     if (info) Object.assign(record, { ...info, versions: [...info.versions] });
     Object.assign(record, { state, reason, error, registeredAt: state === "registered" ? new Date(this.#clock.now()) : null });
     const fields = fieldsOf(record);
-    if (!changed) this.#log.debug("registration attempt failed again", fields);
-    else if (state === "registered") this.#log.info("plugin registered", fields);
+    if (!changed) return this.#log.debug("registration attempt failed again", fields);
+    if (state === "registered") this.#log.info("plugin registered", fields);
     else this.#log.warn(state === "stale" ? "plugin socket is stale" : "plugin registration failed", fields);
-    if (changed) this.#emit(record, false);
-  }
-
-  /**
-   * A registered plugin was deregistered outside an attempt: `stale` (its
-   * connection or socket died) or `pending` (the policy now refuses it).
-   */
-  deregistered(socket: { socket: string; inode: string }, state: "stale" | "pending", failure: Failure, message: string): void {
-    const record = this.#recordOf(socket);
-    if (!record) return;
-    Object.assign(record, { state, ...failure, registeredAt: null });
-    if (state === "stale") this.#log.warn(message, fieldsOf(record));
-    else this.#log.info(message, fieldsOf(record));
     this.#emit(record, false);
   }
 
-  /** Every known registration socket, sorted by path (copies). */
-  plugins(): PluginRecord[] {
-    return [...this.#records.values()]
-      .map(({ record }) => copyRecord(record))
-      .sort((a, b) => (a.socket < b.socket ? -1 : a.socket > b.socket ? 1 : 0));
+  /** Deregistered outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
+  deregistered(socket: SocketIdentity, state: "stale" | "pending", failure: Failure, message: string): void {
+    const record = this.#recordOf(socket);
+    if (!record) return;
+    Object.assign(record, { state, ...failure, registeredAt: null });
+    this.#log[state === "stale" ? "warn" : "info"](message, fieldsOf(record));
+    this.#emit(record, false);
   }
 
-  /** Calls `listener` once per state change of a socket, in order; returns the unsubscribe function. */
+  /** Copies, sorted by socket path. */
+  plugins(): PluginRecord[] {
+    return sortedBySocket([...this.#records.values()].map(({ record }) => copyRecord(record)));
+  }
+
   subscribe(listener: (change: PluginChange) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
 
-  /**
-   * Resolves true as soon as `predicate` holds over {@link plugins} (checked
-   * now and after every change), false when `signal` fires or the cache closes.
-   */
-  whenSettled(options: SettleOptions = {}): Promise<boolean> {
-    const predicate = options.predicate ?? ((plugins) => plugins.every((plugin) => plugin.state === "registered"));
-    const { signal } = options;
+  /** True once `predicate` holds (checked now and after each change); false when `signal` fires or the cache closes. */
+  whenSettled({ predicate = (plugins) => plugins.every((plugin) => plugin.state === "registered"), signal }: SettleOptions = {}): Promise<boolean> {
     return new Promise((resolve) => {
+      const stops = [signal, this.#closed.signal];
       const finish = (settled: boolean) => {
         unsubscribe();
-        this.#onClose.delete(onClose);
-        signal?.removeEventListener("abort", onClose);
+        for (const stop of stops) stop?.removeEventListener("abort", onStop);
         resolve(settled);
       };
-      const onClose = () => finish(false);
-      const unsubscribe = this.subscribe(() => {
-        if (predicate(this.plugins())) finish(true);
-      });
-      this.#onClose.add(onClose);
-      signal?.addEventListener("abort", onClose, { once: true });
-      if (signal?.aborted || this.#closed) finish(false);
+      const onStop = () => finish(false);
+      const unsubscribe = this.subscribe(() => predicate(this.plugins()) && finish(true));
+      for (const stop of stops) stop?.addEventListener("abort", onStop, { once: true });
+      if (stops.some((stop) => stop?.aborted)) finish(false);
       else if (predicate(this.plugins())) finish(true);
     });
   }
 
   /** Ends every {@link whenSettled} wait (false); the records stay readable. */
   close(): void {
-    this.#closed = true;
-    for (const callback of [...this.#onClose]) callback();
+    this.#closed.abort();
   }
 
-  #recordOf(socket: { socket: string; inode: string }): PluginRecord | undefined {
+  #recordOf(socket: SocketIdentity): PluginRecord | undefined {
     const tracked = this.#records.get(socket.socket);
     return tracked?.inode === socket.inode ? tracked.record : undefined;
   }
 
-  /** Metrics must not break registration: a failing observer is logged. */
-  #report(attempt: AttemptReport): void {
-    try {
-      this.#attemptEnded(attempt);
-    } catch (error) {
-      this.#log.error("plugin manager observer failed", { hook: "attemptEnded", error: messageOf(error) });
-    }
+  #emit(record: PluginRecord, removed: boolean): void {
+    for (const listener of [...this.#listeners]) this.#guard("plugin change listener failed", () => listener({ plugin: copyRecord(record), removed }));
   }
 
-  #emit(record: PluginRecord, removed: boolean): void {
-    for (const listener of [...this.#listeners]) {
-      try {
-        listener({ plugin: copyRecord(record), removed });
-      } catch (error) {
-        this.#log.error("plugin change listener failed", { error: messageOf(error) });
-      }
+  /** Metrics and listeners must not break registration: a throw is logged. */
+  #guard(message: string, call: () => void, fields: Record<string, unknown> = {}): void {
+    try {
+      call();
+    } catch (error) {
+      this.#log.error(message, { ...fields, error: messageOf(error) });
     }
   }
 }
@@ -186,11 +154,6 @@ function copyRecord(record: PluginRecord): PluginRecord {
   return { ...record, versions: [...record.versions] };
 }
 
-function fieldsOf(record: PluginRecord): Record<string, unknown> {
-  const { socket, type, name, state, attempts, reason, error } = record;
+function fieldsOf({ socket, type, name, state, attempts, reason, error }: PluginRecord): Record<string, unknown> {
   return { socket, type, name, state, attempts, ...(reason === null ? {} : { reason, error }) };
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

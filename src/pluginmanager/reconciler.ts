@@ -1,29 +1,25 @@
 /**
  * The reconciler: compares the desired state of world with the actual one
- * and starts the operations that converge them (the register and unregister
- * sequences of registration.ts) through the operation executor. Unlike the
- * kubelet's 1 s loop it reacts to each desired-state change at once, for
- * that socket only; a periodic resync compares everything to catch what an
- * event missed. Each attempt's outcome goes to the status cache.
+ * and starts register and unregister operations through the executor.
+ * Unlike the kubelet's 1 s loop it reacts to each desired-state change at
+ * once, for that socket; a periodic resync catches what an event missed.
  */
-import type { Clock, OperationExecutor, OperationOutcome } from "./operations.ts";
-import { systemClock } from "./operations.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
+import type { OperationExecutor, OperationOutcome } from "./operations.ts";
 import type { PluginStatusCache } from "./plugin-status.ts";
-import type { RegistrationContext } from "./registration.ts";
-import { registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
+import { type RegistrationContext, registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state.ts";
 
 export interface ReconcilerOptions {
   dsw: DesiredStateOfWorld;
   executor: OperationExecutor;
-  /** What registrations read (policy, handlers, the actual state); a policy reload swaps its policy and handlers. */
   context: RegistrationContext;
   status: PluginStatusCache;
   resyncMs: number;
   clock?: Clock;
-  /** Runs before each periodic full compare (the watcher's rescan). */
+  /** Before each periodic full compare (the watcher's rescan). */
   onResync?: () => void;
-  /** Called after every pass: each desired-state change and each full compare. */
+  /** After every pass. */
   onPass?: () => void;
 }
 
@@ -43,7 +39,6 @@ export class Reconciler {
     this.#resyncMs = options.resyncMs;
   }
 
-  /** Starts reacting to desired-state changes and arms the periodic resync. */
   start(): void {
     if (this.#running) return;
     this.#running = true;
@@ -52,14 +47,13 @@ export class Reconciler {
     this.reconcileAll();
   }
 
-  /** Stops reacting and clears the resync timer; operations are the executor's to stop. */
+  /** Operations are the executor's to stop. */
   stop(): void {
     this.#running = false;
     this.#unsubscribe();
     this.#cancelResync();
   }
 
-  /** Sets the resync period; a running reconciler re-arms its timer with it. */
   setResyncPeriod(resyncMs: number): void {
     this.#resyncMs = resyncMs;
     if (!this.#running) return;
@@ -98,12 +92,7 @@ export class Reconciler {
     this.#options.onPass?.();
   }
 
-  /**
-   * After a policy reload: deregisters the registered plugins it refuses
-   * (an attempt in flight checks its own outcome when it ends), forgets the
-   * backoff of every socket not registered (the new policy may accept it)
-   * and compares everything.
-   */
+  /** After a reload: deregisters what it refuses (an attempt in flight judges its own outcome), retries the rest now. */
   policyChanged(): void {
     const { dsw, executor, context } = this.#options;
     for (const plugin of context.asw.plugins()) {
@@ -115,7 +104,6 @@ export class Reconciler {
     this.reconcileAll();
   }
 
-  /** One registration attempt, its outcome recorded; the executor reads the outcome for backoff. */
   async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
     const { context, status } = this.#options;
     const policy = context.policy;
@@ -125,14 +113,12 @@ export class Reconciler {
     this.#attempting.delete(desired.socket);
     status.attemptEnded(desired, outcome, startedAt);
     if (context.policy === policy) return outcome;
-    // Decided under a superseded policy, whose reload forgot this socket's
-    // backoff: decide again under the new one at once.
+    // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.
     const plugin = context.asw.get(desired.socket);
     if (plugin?.inode === desired.inode) this.#deregisterIfRefused(plugin);
     return outcome.state === "registered" ? outcome : { state: "aborted" };
   }
 
-  /** Deregisters a plugin the current policy refuses; its record goes back to pending, with the reason. */
   #deregisterIfRefused(plugin: RegisteredPlugin): void {
     const { executor, context, status } = this.#options;
     const refusal = registeredPluginRefusal(plugin, context.policy, context.handlers);
@@ -144,9 +130,7 @@ export class Reconciler {
 
   #onDesiredChange(change: DesiredChange): void {
     const { executor } = this.#options;
-    // A new socket at the path is a new plugin: its predecessor's backoff and
-    // any attempt still running for the predecessor do not apply to it. A
-    // removed socket leaves no retry timer behind.
+    // A new socket at the path is a new plugin: its predecessor's backoff and attempt do not apply to it.
     executor.resetBackoff(change.socket);
     if (change.kind !== "added") executor.abort(change.socket);
     this.reconcile(change.socket);

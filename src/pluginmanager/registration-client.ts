@@ -1,37 +1,18 @@
-/**
- * The kubelet's side of the plugin registration service (GetInfo,
- * NotifyRegistrationStatus) over one short-lived connection, as a
- * registration attempt or `probe` uses it.
- */
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import type { Client } from "@connectrpc/connect";
+/** The kubelet's side of GetInfo and NotifyRegistrationStatus over one short-lived connection (an attempt, `probe`). */
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Registration } from "../gen/pluginregistration/v1/api_pb.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
-import { dialUnix } from "../rpc/unix-channel.ts";
-import type { UnixChannel } from "../rpc/unix-channel.ts";
+import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 
 /**
- * Bounds on what a plugin says of itself (SPEC.md section 6, "Limits"). The
- * kubelet bounds none of these in its plugin manager; its handlers check
- * their own rules later, so these only stop what no handler could accept:
- * - name and type: 317 bytes, the longest qualified name (a DNS subdomain
- *   prefix of 253, "/", a name of 63): an extended resource name (device
- *   plugins), a DRA driver name (253) and a CSI driver name (63) all fit;
- * - endpoint: 107 bytes, a unix socket path with its NUL in sun_path (108):
- *   a longer one could be dialled neither by edgeplug nor by the kubelet;
- * - versions: 64 of at most 128 bytes each (plugins advertise one to three,
- *   the longest being DRA's fully qualified service names, about 45 bytes);
- * - the whole GetInfo answer: 64 KiB, which every answer within the bounds
- *   above fits with room to spare, so that a 15 MiB name is never read.
+ * Bounds on what a plugin says of itself (SPEC.md section 6, "Limits"),
+ * which the kubelet does not bound; only what no handler could accept:
+ * name and type 317 bytes (the longest qualified name: a 253-byte DNS
+ * prefix, "/", 63); endpoint 107 (sun_path's 108 with its NUL); 64 versions
+ * of 128 bytes (plugins send one to three of at most ~45); the answer 64 KiB,
+ * so that a 15 MiB name is never read.
  */
-export const PLUGIN_INFO_LIMITS = {
-  nameBytes: 317,
-  typeBytes: 317,
-  endpointBytes: 107,
-  versions: 64,
-  versionBytes: 128,
-  answerBytes: 64 * 1024,
-} as const;
+export const PLUGIN_INFO_LIMITS = { nameBytes: 317, typeBytes: 317, endpointBytes: 107, versions: 64, versionBytes: 128, answerBytes: 64 * 1024 } as const;
 
 /** What GetInfo answered, with the endpoint defaulted to the registration socket. */
 export interface PluginInfoSummary {
@@ -41,10 +22,7 @@ export interface PluginInfoSummary {
   versions: string[];
 }
 
-/**
- * The registration connection of one attempt: dialled on first use, closed
- * by {@link close}, dialled again once if it dropped before a notification.
- */
+/** Dialled on first use, and once more if it dropped before a notification. */
 export class RegistrationConnection {
   readonly #socket: string;
   readonly #dialMs: number;

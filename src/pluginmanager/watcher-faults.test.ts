@@ -17,8 +17,8 @@ import { test } from "node:test";
 import { waitForEvent } from "../../test/support/fake-plugin.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
-import { realWatcherFileSystem, type WatcherFileSystem } from "./watcher-fs.ts";
-import { close, listen, paths, startWatcher, until } from "./watcher-test-helpers.ts";
+import { realWatcherFileSystem, type WatcherFileSystem } from "./watcher.ts";
+import { close, listen, paths, startWatcher, until } from "../../test/support/watcher-harness.ts";
 
 function errno(code: string, syscall: string, target: string): NodeJS.ErrnoException {
   const error: NodeJS.ErrnoException = new Error(`${code}: injected failure, ${syscall} '${target}'`);

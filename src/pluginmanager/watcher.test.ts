@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { DesiredStateOfWorld } from "./state.ts";
 import { PluginWatcher } from "./watcher.ts";
-import { close, listen, paths, quietLog, startWatcher, until } from "./watcher-test-helpers.ts";
+import { close, listen, paths, quietLog, startWatcher, until } from "../../test/support/watcher-harness.ts";
 
 const log = quietLog;
 

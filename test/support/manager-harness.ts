@@ -10,7 +10,7 @@ import type { Logger } from "../../src/log/logger.ts";
 import { handlerFactories } from "../../src/agent.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";
-import type { Clock } from "../../src/pluginmanager/operations.ts";
+import type { Clock } from "../../src/platform/clock.ts";
 import type { HandlerFactories, PluginChange, PluginRecord } from "../../src/pluginmanager/types.ts";
 import { waitForEvent } from "./fake-plugin.ts";
 import { testPolicy } from "./policy.ts";

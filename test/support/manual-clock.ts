@@ -1,10 +1,10 @@
 /**
  * The one manual clock of the tests: time moves only when a test says so,
  * and timers fire in `advance`, in order of their due time. It implements
- * the plugin manager's Clock, so anything that takes a clock (operations,
+ * src/platform/clock.ts, so anything that takes a clock (operations,
  * reconciler, registration, the device manager, health) can be driven by it.
  */
-import type { Clock } from "../../src/pluginmanager/operations.ts";
+import type { Clock } from "../../src/platform/clock.ts";
 
 export interface ManualClock extends Clock {
   /** Moves time forward by `ms`, firing every timer that falls due on the way (also those set meanwhile). */

@@ -11,7 +11,7 @@
  * state without waiting for the next change.
  */
 import type { Logger } from "../../log/logger.ts";
-import type { Clock } from "../../pluginmanager/operations.ts";
+import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointData, DeviceStateStore } from "./pod-devices.ts";
 
 /** One write's outcome, for metrics. */

@@ -7,7 +7,7 @@
  * `--reconcile-once` owns the file).
  */
 import type { Logger } from "../../log/logger.ts";
-import type { Clock } from "../../pluginmanager/operations.ts";
+import type { Clock } from "../../platform/clock.ts";
 import { CheckpointWriter, type CheckpointWriteOutcome } from "./checkpoint-writer.ts";
 import type { CheckpointData, DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { CheckpointState } from "./types.ts";

@@ -15,7 +15,7 @@
 import process from "node:process";
 import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
-import { systemClock } from "../../pluginmanager/operations.ts";
+import { systemClock } from "../../platform/clock.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
 import { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { DeviceEvents } from "./device-events.ts";

@@ -7,7 +7,7 @@
  * unhealthy at once and starts the grace period after which the resource
  * is removed; an endpoint leaving while a sibling remains changes nothing.
  */
-import type { Clock } from "../../pluginmanager/operations.ts";
+import type { Clock } from "../../platform/clock.ts";
 import type { DeviceInfo, DevicePluginEndpoint } from "./endpoint.ts";
 
 export interface ResourceState {

@@ -3,7 +3,7 @@
  * subscribers of, and what status says about its checkpoint.
  */
 import type { Logger } from "../../log/logger.ts";
-import type { Clock } from "../../pluginmanager/operations.ts";
+import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
 import type { WatchedEndpointRules } from "./endpoint-check.ts";
 import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";

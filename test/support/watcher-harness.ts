@@ -4,13 +4,13 @@
  */
 import * as net from "node:net";
 import type { TestContext } from "node:test";
-import type { Logger } from "../log/logger.ts";
-import { createLogger } from "../log/logger.ts";
-import type { WatchDir } from "../policy/types.ts";
-import { DesiredStateOfWorld } from "./state.ts";
-import type { DesiredSocket } from "./state.ts";
-import { PluginWatcher } from "./watcher.ts";
-import type { WatcherFileSystem } from "./watcher-fs.ts";
+import type { Logger } from "../../src/log/logger.ts";
+import { createLogger } from "../../src/log/logger.ts";
+import type { WatchDir } from "../../src/policy/types.ts";
+import { DesiredStateOfWorld } from "../../src/pluginmanager/state.ts";
+import type { DesiredSocket } from "../../src/pluginmanager/state.ts";
+import { PluginWatcher } from "../../src/pluginmanager/watcher.ts";
+import type { WatcherFileSystem } from "../../src/pluginmanager/watcher.ts";
 
 export const quietLog = createLogger({ level: "error", format: "text" });
 
