@@ -61,8 +61,15 @@ export class OperationExecutor {
       if (outcome === "registered") this.#clearFailures(state);
       else if (outcome !== "aborted" && !controller.signal.aborted && !this.#stopped) this.#openWindow(key, state);
     };
-    // Called now, so that it sees an abort that follows at once.
-    const done = new Promise<OperationOutcome>((resolve) => resolve(operation(controller.signal)))
+    let outcome: Promise<OperationOutcome>;
+    try {
+      // Called now, so that it sees an abort that follows at once; no extra
+      // ticks, so that the key is free as soon as the status cache says it ended.
+      outcome = Promise.resolve(operation(controller.signal));
+    } catch (error) {
+      outcome = Promise.reject(error);
+    }
+    const done = outcome
       .then((outcome) => ended(outcome.state), () => ended("failed"))
       .finally(() => {
         state.running = undefined;
