@@ -14,7 +14,7 @@ import { type AttemptReport, PluginStatusCache, type SettleOptions } from "./plu
 import { Reconciler } from "./reconciler.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
-import { type HandlerFactories, messageOf, type PluginChange, type PluginRecord } from "./types.ts";
+import { guarded, type HandlerFactories, type PluginChange, type PluginRecord } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 export type { AttemptReport, SettleOptions } from "./plugin-status.ts";
@@ -67,15 +67,9 @@ export class PluginManager {
     }));
     this.#liveness = new PluginLiveness({ context: this.#context, executor, status, clock });
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
-    const heartbeat = () => {
-      try {
-        observer.heartbeat?.("reconciler");
-      } catch (error) {
-        log.error("plugin manager observer failed", { hook: "heartbeat", error: messageOf(error) });
-      }
-    };
+    const onPass = () => guarded(log, "plugin manager observer failed", () => observer.heartbeat?.("reconciler"), { hook: "heartbeat" });
     const { resyncMs } = policy.reconcile;
-    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, status, resyncMs, clock, onResync: () => this.#watcher.rescan(), onPass: heartbeat });
+    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, status, resyncMs, clock, onResync: () => this.#watcher.rescan(), onPass });
   }
 
   /** Creates, watches and walks the watch directories; rejects (and stops) when one cannot be created. */

@@ -7,7 +7,7 @@ import type { Logger } from "../log/logger.ts";
 import type { Clock } from "../platform/clock.ts";
 import type { AttemptOutcome } from "./registration.ts";
 import { type DesiredChange, type DesiredSocket, sortedBySocket } from "./state.ts";
-import { type AttemptFailure, type AttemptState, type Failure, messageOf, type PluginChange, type PluginRecord } from "./types.ts";
+import { type AttemptFailure, type AttemptState, type Failure, guarded, type PluginChange, type PluginRecord } from "./types.ts";
 
 /** One attempt that ended (aborted ones are not reported), for metrics. */
 export interface AttemptReport {
@@ -77,7 +77,7 @@ export class PluginStatusCache {
     if (outcome.state === "aborted") return;
     const { state, reason, error, info } = outcome;
     const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs: this.#clock.now() - startedAt, reason, error };
-    this.#guard("plugin manager observer failed", () => this.#attemptEnded(attempt), { hook: "attemptEnded" });
+    guarded(this.#log, "plugin manager observer failed", () => this.#attemptEnded(attempt), { hook: "attemptEnded" });
     const record = this.#recordOf(desired);
     if (!record) return;
     const changed = record.state !== state || record.error !== error;
@@ -137,16 +137,7 @@ export class PluginStatusCache {
   }
 
   #emit(record: PluginRecord, removed: boolean): void {
-    for (const listener of [...this.#listeners]) this.#guard("plugin change listener failed", () => listener({ plugin: copyRecord(record), removed }));
-  }
-
-  /** Metrics and listeners must not break registration: a throw is logged. */
-  #guard(message: string, call: () => void, fields: Record<string, unknown> = {}): void {
-    try {
-      call();
-    } catch (error) {
-      this.#log.error(message, { ...fields, error: messageOf(error) });
-    }
+    for (const listener of [...this.#listeners]) guarded(this.#log, "plugin change listener failed", () => listener({ plugin: copyRecord(record), removed }));
   }
 }
 

@@ -1,4 +1,5 @@
 /** The plugin manager's vocabulary: records as `status` shows them, and the handler contract. */
+import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 
 /** SPEC.md section 5: `pending` until the first attempt ends. */
@@ -99,4 +100,13 @@ export interface PluginChange {
 
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** Observers and listeners must not break registration: a throw is logged. */
+export function guarded(log: Logger, message: string, call: () => void, fields: Record<string, unknown> = {}): void {
+  try {
+    call();
+  } catch (error) {
+    log.error(message, { ...fields, error: messageOf(error) });
+  }
 }

@@ -1,16 +1,13 @@
 /**
- * The plugin watcher (the kubelet's pluginwatcher): creates each watch
- * directory, walks it, then keeps the desired state of world in step with
- * filesystem events. One non-recursive `fs.watch` per directory, as the
- * kubelet uses inotify: Node's recursive mode is JavaScript on Linux and has
- * crashed on `rm -r` (reference/runtime-notes.md). Calls are synchronous so
- * that each event is handled to the end, in the filesystem's order.
- *
- * Unlike the kubelet's: only a read that succeeds (a listing without the
- * socket, an lstat saying ENOENT) drops a socket; a failed read (EMFILE,
- * EACCES, EIO) proves nothing, so what is under it is kept, logged once and
- * read again with a doubling delay. Each root's parent is watched for the
- * root's name, so a root removed and re-created is watched again at once.
+ * The plugin watcher (the kubelet's pluginwatcher) fills the desired state
+ * of world. One non-recursive `fs.watch` per directory, as the kubelet's
+ * inotify: Node's recursive mode is JavaScript on Linux and has crashed on
+ * `rm -r` (reference/runtime-notes.md). Synchronous calls handle each event
+ * to the end, in the filesystem's order. Unlike the kubelet's: a failed read
+ * (EMFILE, EACCES, EIO) proves nothing, so what is under it is kept, logged
+ * once and read again with a doubling delay (only a listing without it or
+ * ENOENT drops a socket); and each root's parent is watched for the root's
+ * name, so a root removed and re-created is watched again at once.
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -38,19 +35,10 @@ export interface PluginWatcherOptions {
   fileSystem?: WatcherFileSystem;
 }
 
-/** `gone` (ENOENT, ENOTDIR) may drop what was there; `failed` says nothing about it. */
-type Read<T> = { kind: "ok"; value: T } | { kind: "gone" } | { kind: "failed"; error: string };
-type ReadOperation = "lstat" | "readdir";
-interface Watch {
-  watcher: fs.FSWatcher;
-  inode: string;
-}
+/** `roots`: for a root's parent, the names of the roots in it. */
+type Watch = { watcher: fs.FSWatcher; inode: string; roots?: Set<string> };
 /** What one walk learnt; whatever is at or under an `unknown` path is kept as it was. */
-interface Walk {
-  found: Map<string, string>;
-  walked: Set<string>;
-  unknown: Set<string>;
-}
+type Walk = { found: Map<string, string>; walked: Set<string>; unknown: Set<string> };
 
 const FIRST_RETRY_MS = 200;
 const MAX_RETRY_MS = 10_000;
@@ -62,12 +50,11 @@ export class PluginWatcher {
   readonly #now: () => Date;
   readonly #fs: WatcherFileSystem;
   readonly #watched = new Map<string, Watch>();
-  /** Parents of watch roots, watched only for the roots' names. */
-  readonly #parents = new Map<string, Watch & { roots: Set<string> }>();
-  /** Roots the agent could not create, warned about once until it can. */
+  readonly #parents = new Map<string, Watch>();
+  /** Roots that could not be created, warned about once until they can. */
   readonly #uncreatable = new Set<string>();
-  /** Paths whose last read failed, each logged when it starts failing and when it reads again. */
-  readonly #failing = new Map<string, ReadOperation>();
+  /** Paths whose last read failed: logged when they start failing and when they read again. */
+  readonly #failing = new Set<string>();
   #retryTimer: NodeJS.Timeout | undefined;
   #retryRound = 0;
   #running = false;
@@ -94,13 +81,18 @@ export class PluginWatcher {
     this.rescan();
   }
 
-  /**
-   * Walks every watch directory again. A missing root is re-created here
-   * only, never at once on its removal, so an `rm -r` above it is not fought.
-   */
+  /** Walks every root again. A missing root is re-created here only, so that an `rm -r` above it is not fought. */
   rescan(): void {
     if (!this.#running) return;
-    for (const dir of this.#dirs) this.#create(dir.path);
+    for (const { path: root } of this.#dirs) {
+      try {
+        fs.mkdirSync(root, { recursive: true, mode: 0o755 });
+        if (this.#uncreatable.delete(root)) this.#log.info("watch directory created again", { dir: root });
+      } catch (error) {
+        if (!this.#uncreatable.has(root)) this.#log.warn("cannot re-create watch directory; trying again at each resync", { dir: root, error: messageOf(error) });
+        this.#uncreatable.add(root);
+      }
+    }
     this.#watchRootParents();
     for (const dir of this.#dirs) this.#sync(dir.path);
   }
@@ -113,27 +105,18 @@ export class PluginWatcher {
     const after = new Set(this.#dirs.map((dir) => dir.path));
     for (const dir of after) if (!before.has(dir)) this.#log.info("watch directory added", { dir });
     for (const dir of before) if (!after.has(dir)) this.#log.info("watch directory no longer watched", { dir });
-    for (const socket of this.#dsw.paths()) {
-      if (!this.#watchable(path.dirname(socket))) this.#dsw.remove(socket);
-    }
-    for (const dir of [...this.#watched.keys()]) {
-      if (!this.#watchable(dir)) this.#unwatch(dir);
-    }
+    for (const socket of this.#dsw.paths()) if (!this.#watchable(path.dirname(socket))) this.#dsw.remove(socket);
+    for (const dir of [...this.#watched.keys()]) if (!this.#watchable(dir)) this.#unwatch(this.#watched, dir);
     this.#forgetFailures((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
-    for (const root of [...this.#uncreatable]) {
-      if (!this.#dirs.some((dir) => dir.path === root)) this.#uncreatable.delete(root);
-    }
+    for (const root of this.#uncreatable) if (!after.has(root)) this.#uncreatable.delete(root);
     this.rescan();
   }
 
   /** Closes every watch and the retry timer; the desired state is left as it is. */
   stop(): void {
     this.#running = false;
-    for (const dir of [...this.#watched.keys()]) this.#unwatch(dir);
-    for (const parent of this.#parents.values()) parent.watcher.close();
-    this.#parents.clear();
-    this.#failing.clear();
-    this.#resetRetry();
+    for (const watches of [this.#watched, this.#parents]) for (const dir of [...watches.keys()]) this.#unwatch(watches, dir);
+    this.#forgetFailures(() => true);
   }
 
   /** Directories whose sockets count: roots, and sub-directories of recursive roots. */
@@ -146,28 +129,10 @@ export class PluginWatcher {
     return this.#watchable(dir) || this.#dirs.some((root) => isUnder(root.path, dir));
   }
 
-  #create(root: string): void {
-    try {
-      fs.mkdirSync(root, { recursive: true, mode: 0o755 });
-      if (this.#uncreatable.delete(root)) this.#log.info("watch directory created again", { dir: root });
-    } catch (error) {
-      if (this.#uncreatable.has(root)) return;
-      this.#uncreatable.add(root);
-      this.#log.warn("cannot re-create watch directory; trying again at each resync", { dir: root, error: messageOf(error) });
-    }
-  }
-
-  #onEvent(dir: string, filename: string | null): void {
-    if (!this.#running) return;
-    if (filename === null) return this.#sync(dir);
-    if (!path.basename(filename).startsWith(".")) this.#observe(path.join(dir, filename));
-  }
-
   /** Brings the desired state in line with whatever is at `target` now; a failed lstat changes nothing. */
   #observe(target: string): void {
-    const seen = this.#read(() => this.#fs.lstat(target));
-    if (seen.kind === "failed") return this.#failed(target, "lstat", seen.error);
-    const stat = seen.kind === "ok" ? seen.value : null;
+    const stat = this.#read(target, () => this.#fs.lstat(target), "lstat");
+    if (stat === undefined) return;
     // A directory is settled by its walk, which reads it.
     if (!stat?.isDirectory()) this.#settled(target);
     if (stat?.isSocket()) {
@@ -185,79 +150,72 @@ export class PluginWatcher {
   #sync(dir: string): void {
     const walk: Walk = { found: new Map(), walked: new Set(), unknown: new Set() };
     this.#walk(dir, walk);
-    const kept = (target: string) => walk.unknown.size > 0 && [...walk.unknown].some((dir) => target === dir || isUnder(target, dir));
+    const gone = (target: string) =>
+      (target === dir || isUnder(target, dir)) && !(walk.unknown.size > 0 && [...walk.unknown].some((unknown) => target === unknown || isUnder(target, unknown)));
     for (const [socket, inode] of walk.found) this.#dsw.addOrUpdate(socket, inode, this.#now());
-    for (const socket of this.#dsw.paths()) {
-      if (isUnder(socket, dir) && !walk.found.has(socket) && !kept(socket)) this.#dsw.remove(socket);
-    }
-    for (const watched of [...this.#watched.keys()]) {
-      if ((watched === dir || isUnder(watched, dir)) && !walk.walked.has(watched) && !kept(watched)) this.#unwatch(watched);
-    }
+    for (const socket of this.#dsw.paths()) if (!walk.found.has(socket) && gone(socket)) this.#dsw.remove(socket);
+    for (const watched of [...this.#watched.keys()]) if (!walk.walked.has(watched) && gone(watched)) this.#unwatch(this.#watched, watched);
     // Failing paths this walk no longer reached went with a parent that was read.
-    this.#forgetFailures((target) => (target === dir || isUnder(target, dir)) && !kept(target));
+    this.#forgetFailures(gone);
   }
 
   #walk(dir: string, walk: Walk): void {
-    const unknown = (target: string, operation: ReadOperation, error: string) => {
-      walk.unknown.add(target);
-      this.#failed(target, operation, error);
-    };
-    const seen = this.#read(() => this.#fs.lstat(dir));
-    if (seen.kind === "failed") return unknown(dir, "lstat", seen.error);
-    if (seen.kind === "gone" || !seen.value.isDirectory()) return this.#settled(dir);
+    const stat = this.#read(dir, () => this.#fs.lstat(dir), "lstat", walk);
+    if (stat === undefined) return;
+    if (!stat?.isDirectory()) return this.#settled(dir);
     const watchable = this.#watchable(dir);
     // Watched before it is read, so that nothing created in between is missed.
-    if (watchable && this.#watch(dir, inodeOf(seen.value))) walk.walked.add(dir);
-    const listing = this.#read(() => this.#fs.readdir(dir).sort());
-    if (listing.kind === "failed") return unknown(dir, "readdir", listing.error);
+    if (watchable && this.#watch(this.#watched, dir, inodeOf(stat))) walk.walked.add(dir);
+    const names = this.#read(dir, () => this.#fs.readdir(dir).sort(), "readdir", walk);
+    if (names === undefined) return;
     this.#settled(dir);
-    if (listing.kind === "gone") return;
-    for (const name of listing.value) {
+    for (const name of names ?? []) {
       if (name.startsWith(".")) continue;
       const entry = path.join(dir, name);
-      const entrySeen = this.#read(() => this.#fs.lstat(entry));
-      if (entrySeen.kind === "failed") {
-        if (watchable || this.#worthWalking(entry)) unknown(entry, "lstat", entrySeen.error);
-        continue;
-      }
-      const stat = entrySeen.kind === "ok" ? entrySeen.value : null;
-      if (stat?.isDirectory() && this.#worthWalking(entry)) {
+      const wanted = watchable || this.#worthWalking(entry);
+      const entryStat = this.#read(entry, () => this.#fs.lstat(entry), "lstat", wanted ? walk : null);
+      if (entryStat === undefined) continue;
+      if (entryStat?.isDirectory() && this.#worthWalking(entry)) {
         this.#walk(entry, walk);
         continue;
       }
       this.#settled(entry);
-      if (stat?.isSocket() && watchable) walk.found.set(entry, inodeOf(stat));
+      if (entryStat?.isSocket() && watchable) walk.found.set(entry, inodeOf(entryStat));
     }
   }
 
-  #read<T>(read: () => T): Read<T> {
+  /** null: `target` is gone (ENOENT, ENOTDIR); undefined: the read failed, recorded (and unknown to `walk`) unless `walk` is null. */
+  #read<T>(target: string, read: () => T, operation: "lstat" | "readdir", walk?: Walk | null): T | null | undefined {
     try {
-      return { kind: "ok", value: read() };
+      return read();
     } catch (error) {
       const code = (error as NodeJS.ErrnoException | undefined)?.code;
-      return code === "ENOENT" || code === "ENOTDIR" ? { kind: "gone" } : { kind: "failed", error: messageOf(error) };
+      if (code === "ENOENT" || code === "ENOTDIR") return null;
+      if (walk === null) return undefined;
+      walk?.unknown.add(target);
+      if (!this.#failing.has(target)) {
+        const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
+        this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
+      }
+      this.#failing.add(target);
+      this.#retryTimer ??= this.#armRetry();
+      return undefined;
     }
-  }
-
-  #failed(target: string, operation: ReadOperation, error: string): void {
-    if (!this.#failing.has(target)) {
-      const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
-      this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error });
-    }
-    this.#failing.set(target, operation);
-    this.#retryTimer ??= this.#armRetry();
   }
 
   #settled(target: string): void {
     if (!this.#failing.delete(target)) return;
     this.#log.info("watch path readable again", { path: target });
-    if (this.#failing.size === 0) this.#resetRetry();
+    if (this.#failing.size === 0) this.#forgetFailures(() => true);
   }
 
-  /** Drops, without a log, failing paths no longer watched or no longer there. */
+  /** Drops, without a log, failing paths no longer watched or no longer there; the retry stops with the last. */
   #forgetFailures(unwanted: (target: string) => boolean): void {
-    for (const target of [...this.#failing.keys()]) if (unwanted(target)) this.#failing.delete(target);
-    if (this.#failing.size === 0) this.#resetRetry();
+    for (const target of this.#failing) if (unwanted(target)) this.#failing.delete(target);
+    if (this.#failing.size > 0) return;
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    this.#retryRound = 0;
   }
 
   #armRetry(): NodeJS.Timeout {
@@ -266,7 +224,7 @@ export class PluginWatcher {
       this.#retryTimer = undefined;
       this.#retryRound++;
       // Shorter paths first: reading a directory again may settle what is under it.
-      const targets = [...this.#failing.keys()].sort((a, b) => a.length - b.length);
+      const targets = [...this.#failing].sort((a, b) => a.length - b.length);
       if (this.#running) for (const target of targets) this.#observe(target);
       if (this.#failing.size > 0) this.#retryTimer ??= this.#armRetry();
     }, delay);
@@ -274,86 +232,61 @@ export class PluginWatcher {
     return timer;
   }
 
-  #resetRetry(): void {
-    clearTimeout(this.#retryTimer);
-    this.#retryTimer = undefined;
-    this.#retryRound = 0;
-  }
-
   /** Forgets sockets and watches under `target`, and `target`'s own watch unless `keepSelf`. */
   #forgetTree(target: string, keepSelf: boolean): void {
     for (const socket of this.#dsw.paths()) if (isUnder(socket, target)) this.#dsw.remove(socket);
     for (const dir of [...this.#watched.keys()]) {
-      if (isUnder(dir, target) || (dir === target && !keepSelf)) this.#unwatch(dir);
+      if (isUnder(dir, target) || (dir === target && !keepSelf)) this.#unwatch(this.#watched, dir);
     }
   }
 
-  /** Watches `dir` (again when its inode changed); false when it cannot be watched. */
-  #watch(dir: string, inode: string): boolean {
-    const current = this.#watched.get(dir);
-    if (current?.inode === inode) return true;
-    if (current) this.#unwatch(dir);
-    const watcher = this.#fsWatch(dir, this.#watched, (filename) => this.#onEvent(dir, filename));
-    if (watcher) this.#watched.set(dir, { watcher, inode });
-    return watcher !== null;
-  }
-
-  #unwatch(dir: string): void {
-    this.#watched.get(dir)?.watcher.close();
-    this.#watched.delete(dir);
-  }
-
-  /** Watches each root's parent (again when replaced) unless it is a plugin directory, which reports the root already. */
+  /** Watches each root's parent for the root's name, unless it is a plugin directory (which reports the root already). */
   #watchRootParents(): void {
     const wanted = new Map<string, Set<string>>();
     for (const { path: root } of this.#dirs) {
       const parent = path.dirname(root);
       if (parent !== root && !this.#watchable(parent)) wanted.set(parent, (wanted.get(parent) ?? new Set()).add(path.basename(root)));
     }
-    for (const [parent, watch] of [...this.#parents]) {
-      if (!wanted.has(parent)) this.#closeParent(parent, watch.watcher);
-    }
+    for (const parent of [...this.#parents.keys()]) if (!wanted.has(parent)) this.#unwatch(this.#parents, parent);
     for (const [parent, roots] of wanted) {
       // A missing parent is left to the next resync.
-      const seen = this.#read(() => this.#fs.lstat(parent));
-      if (seen.kind !== "ok" || !seen.value.isDirectory()) continue;
-      const inode = inodeOf(seen.value);
-      const current = this.#parents.get(parent);
-      if (current?.inode === inode) {
-        current.roots = roots;
-        continue;
-      }
-      if (current) this.#closeParent(parent, current.watcher);
-      const watcher = this.#fsWatch(parent, this.#parents, (filename) => {
-        if (!this.#running) return;
-        for (const name of this.#parents.get(parent)?.roots ?? []) {
-          if (filename === null || filename === name) this.#observe(path.join(parent, name));
-        }
-      });
-      if (watcher) this.#parents.set(parent, { watcher, inode, roots });
+      const stat = this.#read(parent, () => this.#fs.lstat(parent), "lstat", null);
+      if (stat?.isDirectory() && this.#watch(this.#parents, parent, inodeOf(stat))) this.#parents.get(parent)!.roots = roots;
     }
   }
 
-  #closeParent(parent: string, watcher: fs.FSWatcher): void {
-    watcher.close();
-    this.#parents.delete(parent);
-  }
-
-  /** `fs.watch` of `dir` (null, logged, when it cannot be made); a watch that fails later leaves `owner`. */
-  #fsWatch(dir: string, owner: Map<string, { watcher: fs.FSWatcher }>, onEvent: (filename: string | null) => void): fs.FSWatcher | null {
+  /** Watches `dir` (again when its inode changed); false when it cannot be watched. */
+  #watch(watches: Map<string, Watch>, dir: string, inode: string): boolean {
+    if (watches.get(dir)?.inode === inode) return true;
+    this.#unwatch(watches, dir);
     try {
-      const watcher = fs.watch(dir, { persistent: true }, (_event, filename) => onEvent(filename));
+      const watcher = fs.watch(dir, { persistent: true }, (_event, filename) => this.#onEvent(watches, dir, filename));
       watcher.on("error", (error) => {
         // The parent's event or the next resync deals with what was under it.
         this.#log.debug("directory watch ended", { dir, error: messageOf(error) });
         watcher.close();
-        if (owner.get(dir)?.watcher === watcher) owner.delete(dir);
+        if (watches.get(dir)?.watcher === watcher) watches.delete(dir);
       });
-      return watcher;
+      watches.set(dir, { watcher, inode });
+      return true;
     } catch (error) {
       this.#log.warn("cannot watch directory", { dir, error: messageOf(error) });
-      return null;
+      return false;
     }
+  }
+
+  #unwatch(watches: Map<string, Watch>, dir: string): void {
+    watches.get(dir)?.watcher.close();
+    watches.delete(dir);
+  }
+
+  #onEvent(watches: Map<string, Watch>, dir: string, filename: string | null): void {
+    if (!this.#running) return;
+    const roots = watches.get(dir)?.roots;
+    if (watches === this.#parents) {
+      for (const name of roots ?? []) if (filename === null || filename === name) this.#observe(path.join(dir, name));
+    } else if (filename === null) this.#sync(dir);
+    else if (!path.basename(filename).startsWith(".")) this.#observe(path.join(dir, filename));
   }
 }
 
