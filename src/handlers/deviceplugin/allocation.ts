@@ -9,7 +9,7 @@ import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/a
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { entryDeviceIds } from "./pod-devices.ts";
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
-import type { ResourceTable } from "./resources.ts";
+import { sortedHealthyIds, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode } from "./topology.ts";
 
 export interface ResourceRequest {
@@ -88,7 +88,8 @@ export async function allocate(
     }
     const state = resources.get(resource);
     if (!state) throw new AllocationError(`cannot allocate unregistered device ${resource}`);
-    const healthy = resources.healthyIds(resource);
+    // Sorted once per device list, not per allocation: the free devices below come out sorted too.
+    const healthy = sortedHealthyIds(state);
     if (healthy.length === 0) throw new AllocationError(`no healthy devices present; cannot allocate unhealthy devices ${resource}`);
     const endpoint = resources.primary(resource);
     if (existing) {
@@ -103,7 +104,7 @@ export async function allocate(
       continue;
     }
     const taken = pods.allocatedIds(resource);
-    const free = healthy.filter((id) => !taken.has(id)).sort();
+    const free = healthy.filter((id) => !taken.has(id));
     if (free.length < count) {
       throw new AllocationError(`requested number of devices unavailable for ${resource}. Requested: ${count}, Available: ${free.length}`);
     }

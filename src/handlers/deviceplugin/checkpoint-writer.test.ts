@@ -7,7 +7,7 @@ import { manualClock } from "../../../test/support/manual-clock.ts";
 
 /** A store on no disk: records what it is asked to write, fails or hangs when told. */
 function memoryStore() {
-  const written: string[][] = [];
+  const written: (readonly string[])[] = [];
   let failWith: string | null = null;
   let hang = false;
   const store: DeviceStateStore = {

@@ -152,3 +152,18 @@ test("a file that is not a checkpoint is refused with the reason and the place",
   assertCorrupt('{"Data":null,"Checksum":-1}', /Checksum: -1 is not an unsigned 64-bit integer/);
   assertCorrupt('{"Data":null,"Checksum":"1"}', /Checksum: expected an unsigned integer, found a string/);
 });
+
+test("the kubelet's bytes come out the same when a frozen device list's encoding is kept between writes", () => {
+  const { data } = decodeCheckpointWithChecksum(tegraFile);
+  const ids = Object.freeze(["tegra", "GPU-<&>", "\u2028é"]);
+  const frozen: CheckpointData = { ...data, registeredDevices: new Map([["nvidia.com/gpu", ids]]) };
+  const plain = (): CheckpointData => ({ ...data, registeredDevices: new Map([["nvidia.com/gpu", [...ids]]]) });
+  const first = encodeCheckpoint(frozen);
+  assert.deepEqual(first, encodeCheckpoint(plain()));
+  // A second write with an allocation more reuses the list's encoding; the checksum still covers everything.
+  const more = { ...data.podDeviceEntries[0]!, podUID: "another-pod" };
+  const second = encodeCheckpoint({ ...frozen, podDeviceEntries: [...frozen.podDeviceEntries, more] });
+  assert.deepEqual(second, encodeCheckpoint({ ...plain(), podDeviceEntries: [...frozen.podDeviceEntries, more] }));
+  assert.deepEqual(decodeCheckpoint(second).registeredDevices.get("nvidia.com/gpu"), [...ids]);
+  assert.equal(decodeCheckpoint(second).podDeviceEntries.length, 2);
+});

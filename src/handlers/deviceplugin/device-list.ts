@@ -14,7 +14,7 @@
  */
 import { Buffer } from "node:buffer";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
-import { deviceIdRefusal, HEALTHY } from "./names.ts";
+import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
 
 /** One device as the resource keeps it. */
 export interface DeviceInfo {
@@ -36,24 +36,27 @@ export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: numbe
   }
   const devices = new Map<string, DeviceInfo>();
   let reader: BinaryReader | null = null;
-  let whole: Uint8Array | null = null;
+  let whole: Buffer | null = null;
   let buffer: ArrayBufferLike | null = null;
+  const idCheck = { suspect: false };
   for (let i = 0; i < encoded.length; i++) {
     const bytes = encoded[i]!;
     if (bytes.buffer !== buffer) {
       buffer = bytes.buffer;
-      whole = new Uint8Array(buffer);
+      whole = Buffer.from(buffer);
       reader = new BinaryReader(whole);
     }
     let device: DeviceInfo;
     try {
       reader!.pos = bytes.byteOffset;
-      device = readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength);
+      device = readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength, idCheck);
     } catch (error) {
       return `device ${i} of the list cannot be read: ${error instanceof Error ? error.message : String(error)}`;
     }
-    const refusal = deviceIdRefusal(device.id);
-    if (refusal) return refusal;
+    if (idCheck.suspect || device.id === "" || device.id.length > MAX_DEVICE_ID_LENGTH) {
+      const refusal = deviceIdRefusal(device.id);
+      if (refusal) return refusal;
+    }
     if (devices.has(device.id)) return `device ID ${JSON.stringify(device.id)} is listed twice`;
     devices.set(device.id, device);
   }
@@ -78,17 +81,33 @@ export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.length).equals(Buffer.from(b.buffer, b.byteOffset, b.length));
 }
 
-function readDevice(reader: BinaryReader, bytes: Uint8Array, end: number): DeviceInfo {
+/**
+ * Reads one device; `idCheck.suspect` says whether its id has a byte of a
+ * control character (in UTF-8 only those bytes encode one), so that the
+ * usual id is checked without a regular expression.
+ */
+function readDevice(reader: BinaryReader, bytes: Buffer, end: number, idCheck: { suspect: boolean }): DeviceInfo {
   let id = "";
   let healthy = false;
   let numaNodes: number[] = NO_NODES;
+  idCheck.suspect = false;
   while (reader.pos < end) {
     // The tag by hand: reader.tag() allocates a pair for every field of 100,000 devices.
     const tag = reader.uint32();
     const field = tag >>> 3;
     const wireType = tag & 7;
     if (field === 1) {
-      id = lengthDelimited(reader, field, wireType).string();
+      // Decoded from the message's buffer in place: reader.string() makes a view of every id's bytes first.
+      const length = lengthDelimited(reader, field, wireType).uint32();
+      const from = reader.pos;
+      reader.pos = subEndAt(from, length, end);
+      let ascii = true;
+      for (let i = from; i < reader.pos; i++) {
+        const byte = bytes[i]!;
+        if (byte < 0x20 || byte === 0x7f) idCheck.suspect = true;
+        else if (byte > 0x7f) ascii = false;
+      }
+      id = bytes.toString(ascii ? "latin1" : "utf8", from, reader.pos);
     } else if (field === 2) {
       // Only "Healthy" matters (anything else is unhealthy): compared in place, no string made.
       const length = lengthDelimited(reader, field, wireType).uint32();

@@ -25,7 +25,7 @@ import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { PodDevices, type RestoreResult } from "./pod-devices.ts";
-import { ResourceTable, type ResourceState } from "./resources.ts";
+import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal, watchedEndpointRefusal, type WatchedEndpointRules } from "./endpoint-check.ts";
 
@@ -279,7 +279,7 @@ export class DeviceManager {
   #snapshot() {
     return {
       podDeviceEntries: this.#pods.toCheckpointEntries(),
-      registeredDevices: new Map(this.#resources.all().map((state) => [state.name, this.#resources.healthyIds(state.name)])),
+      registeredDevices: new Map(this.#resources.all().map((state) => [state.name, healthyIds(state)])),
     };
   }
 }

@@ -21,7 +21,7 @@ export interface PodDevicesEntry {
 export interface CheckpointData {
   podDeviceEntries: PodDevicesEntry[];
   /** healthy device ids per resource, as the kubelet writes RegisteredDevices */
-  registeredDevices: Map<string, string[]>;
+  registeredDevices: Map<string, readonly string[]>;
 }
 
 export type RestoreResult =

@@ -26,8 +26,11 @@ export interface AffinitySplit {
 export function filterByAffinity(devices: Map<string, DeviceInfo>, available: Iterable<string>, hint: number[] | null): AffinitySplit {
   const split: AffinitySplit = { aligned: [], unaligned: [], noAffinity: [] };
   const perNode = new Map<number, string[]>();
+  /** Devices on more than one node, the only ones that can come up twice below. */
+  const onSeveral = new Set<string>();
   for (const id of available) {
     const nodes = devices.get(id)?.numaNodes ?? [];
+    if (nodes.length > 1) onSeveral.add(id);
     for (const node of nodes.length > 0 ? nodes : [NO_NUMA_NODE]) {
       let ids = perNode.get(node);
       if (!ids) perNode.set(node, (ids = []));
@@ -44,8 +47,10 @@ export function filterByAffinity(devices: Map<string, DeviceInfo>, available: It
   const placed = new Set<string>();
   for (const node of order) {
     for (const id of perNode.get(node)!.sort()) {
-      if (placed.has(id)) continue;
-      placed.add(id);
+      if (onSeveral.has(id)) {
+        if (placed.has(id)) continue;
+        placed.add(id);
+      }
       if (hint === null || node === NO_NUMA_NODE) (node === NO_NUMA_NODE ? split.noAffinity : split.unaligned).push(id);
       else (inHint(node) ? split.aligned : split.unaligned).push(id);
     }
