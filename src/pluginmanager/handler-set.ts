@@ -54,11 +54,6 @@ export class HandlerSet {
     return this.#entries.get(type);
   }
 
-  /** In the policy's order. */
-  entries(): HandlerEntry[] {
-    return [...this.#entries.values()];
-  }
-
   /** Warns of each declared type this build cannot handle, except those `previous` already had. */
   logUnavailable(log: Logger, previous?: HandlerSet): void {
     for (const entry of this.#entries.values()) {

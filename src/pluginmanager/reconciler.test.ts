@@ -149,7 +149,7 @@ test("the periodic resync runs the watcher's rescan and a full compare, without 
   clock.advance(10_000);
   assert.equal(rescans, 1);
   assert.deepEqual(calls, ["deregister lost.sock"]);
-  assert.equal(asw.size, 0);
+  assert.equal(asw.plugins().length, 0);
   assert.equal(clock.pendingTimers(), 1, "re-armed for the next resync");
   reconciler.stop();
   assert.equal(clock.pendingTimers(), 0, "stop clears the resync timer");

@@ -51,7 +51,7 @@ for (const [what, info, policy, reason, message] of refusals) {
     assert.equal(outcome.error, message(socket, dir));
     assert.deepEqual(fake.notifications().map((n) => [n.registered, n.error]), [[false, message(socket, dir)]]);
     assert.deepEqual(calls, [], "the handler was not asked");
-    assert.equal(ctx.asw.size, 0);
+    assert.equal(ctx.asw.plugins().length, 0);
   });
 }
 
@@ -97,7 +97,7 @@ test("a failing RegisterPlugin leaves nothing registered, tells the plugin, and 
   const ctx = context(dir, handler);
   const outcome = await registerPlugin(desired(socket), ctx, signal());
   assert.deepEqual([outcome.reason, outcome.error], ["register", "RegisterPlugin error -- plugin registration failed with err: apiserver unreachable"]);
-  assert.equal(ctx.asw.size, 0);
+  assert.equal(ctx.asw.plugins().length, 0);
   assert.deepEqual(fake.notifications().map((n) => n.registered), [false]);
   fail = false;
   assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered");
@@ -128,7 +128,7 @@ test("a plugin that cannot take NotifyRegistrationStatus(true) is failed with no
   const outcome = await registerPlugin(desired(socket), ctx, signal());
   assert.deepEqual([outcome.state, outcome.reason], ["failed", "notify"]);
   assert.match(outcome.error!, /failed to send registration status at socket .*cannot take a notification/);
-  assert.equal(ctx.asw.size, 0);
+  assert.equal(ctx.asw.plugins().length, 0);
   assert.deepEqual(calls, ["validate acme.io/temp", "register acme.io/temp", "deregister acme.io/temp"]);
   assert.deepEqual(fake.notifications().map((n) => n.registered), [true]);
 });
@@ -142,6 +142,6 @@ test("unregistration never dials: it works when the plugin is gone", async (t) =
   await registerPlugin(desired(socket), ctx, signal());
   await fake.stop();
   unregisterPlugin(ctx.asw.get(socket)!, ctx.asw, log);
-  assert.equal(ctx.asw.size, 0);
+  assert.equal(ctx.asw.plugins().length, 0);
   assert.deepEqual(calls, ["validate acme.io/temp", "register acme.io/temp", "deregister acme.io/temp"]);
 });

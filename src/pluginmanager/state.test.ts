@@ -26,7 +26,7 @@ test("desired state: a new socket is added once and reported", () => {
   const at = new Date("2026-11-30T12:00:00Z");
   assert.equal(dsw.addOrUpdate("/r/a.sock", "1:10:5", at), "added");
   assert.deepEqual(dsw.sockets(), [{ socket: "/r/a.sock", inode: "1:10:5", discoveredAt: at }]);
-  assert.equal(dsw.has("/r/a.sock"), true);
+  assert.equal(dsw.get("/r/a.sock") !== undefined, true);
   assert.deepEqual(changes.map((change) => change.kind), ["added"]);
 });
 
@@ -49,7 +49,7 @@ test("desired state: an empty socket path is refused and nothing is stored", () 
   const dsw = new DesiredStateOfWorld();
   assert.throws(() => dsw.addOrUpdate("", "1:1:1"), { message: "socket path is empty" });
   assert.deepEqual(dsw.sockets(), []);
-  assert.equal(dsw.has(""), false);
+  assert.equal(dsw.get("") !== undefined, false);
 });
 
 test("desired state: remove forgets the socket; removing an unknown one is a no-op", () => {
@@ -59,7 +59,7 @@ test("desired state: remove forgets the socket; removing an unknown one is a no-
   dsw.subscribe((change) => changes.push(change));
   assert.equal(dsw.remove("/r/a.sock"), true);
   assert.equal(dsw.remove("/r/a.sock"), false);
-  assert.equal(dsw.has("/r/a.sock"), false);
+  assert.equal(dsw.get("/r/a.sock") !== undefined, false);
   assert.deepEqual(changes.map((change) => [change.kind, change.previous?.socket]), [["removed", "/r/a.sock"]]);
 });
 

@@ -52,10 +52,6 @@ export class DesiredStateOfWorld {
     return this.#sockets.get(socket);
   }
 
-  has(socket: string): boolean {
-    return this.#sockets.has(socket);
-  }
-
   /** Unsorted: the watcher scans them on every event and must not pay for a sort. */
   paths(): string[] {
     return [...this.#sockets.keys()];
@@ -110,10 +106,6 @@ export class ActualStateOfWorld {
 
   plugins(): RegisteredPlugin[] {
     return sortedBySocket([...this.#plugins.values()]);
-  }
-
-  get size(): number {
-    return this.#plugins.size;
   }
 
   /** One of `limit` slots (registered plus reserved): its release function, or null when none is left. */
