@@ -11,7 +11,8 @@ import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH } from "../handlers/deviceplugin/allocation.ts";
 import { printable } from "../log/printable.ts";
 import { formatDuration } from "../policy/duration.ts";
-import { dialUnix } from "../rpc/unix-channel.ts";
+import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";
+import { installLightHeaders } from "./light-headers.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { waitFlag } from "./args.ts";
 import type { CommandIO } from "./command.ts";
@@ -76,7 +77,8 @@ export interface AgentCall {
 export async function callAgent(io: CommandIO, options: AgentCall, call: (client: Client<typeof Agent>, timeoutMs: number) => Promise<void>): Promise<number> {
   const timeoutMs = options.timeout === undefined ? DEFAULT_CALL_TIMEOUT_MS : waitFlag(options.command, "timeout", options.timeout);
   const socket = await apiSocketFor(options.command, options.api, options.config);
-  const channel = dialUnix(socket, { connectTimeoutMs: CONNECT_TIMEOUT_MS });
+  installLightHeaders();
+  const channel = dialUnixHttp1(socket, { connectTimeoutMs: CONNECT_TIMEOUT_MS });
   try {
     await call(createClient(Agent, channel.transport), timeoutMs);
     return EXIT_OK;

@@ -9,7 +9,8 @@ import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import { pluginToJson, resourceToJson, statusToJson, statusToText } from "../api/status.ts";
 import { printable } from "../log/printable.ts";
-import { dialUnix } from "../rpc/unix-channel.ts";
+import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";
+import { installLightHeaders } from "./light-headers.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
@@ -51,7 +52,8 @@ export const statusCommand: Command = {
     const parsed = parseCommandArgs("status", args, options);
     const output = outputFlag("status", parsed.values.output);
     const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config);
-    const channel = dialUnix(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });
+    installLightHeaders();
+    const channel = dialUnixHttp1(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });
     /** Whether --watch has received anything: after that, an end is the agent going away. */
     let watching = false;
     try {
