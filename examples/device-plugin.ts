@@ -152,17 +152,24 @@ const devicePlugin: grpc.UntypedServiceImplementation = {
 // ---- serving and registering ----------------------------------------------
 let server: grpc.Server | null = null;
 let socketPath = "";
-/** kubelet.sock's inode when Register was last tried. */
-let triedWith: number | null = null;
+/** kubelet.sock's identity when Register was last tried. */
+let triedWith: string | null = null;
+/** kubelet.sock was seen missing since then: whatever is there now is a new one. */
+let kubeletSeenMissing = false;
 let generation = 0;
 /** While a new socket is being set up, directory events are its own doing. */
 let busy = false;
 let stopping = false;
 let retryTimer: NodeJS.Timeout | undefined;
 
-const inodeOf = (file: string): number | null => {
+/**
+ * A file's identity: the inode number alone is not one, since ext4 hands a
+ * socket re-created at once the number its predecessor just freed.
+ */
+const identityOf = (file: string): string | null => {
   try {
-    return fs.lstatSync(file).ino;
+    const stats = fs.lstatSync(file);
+    return `${stats.ino}:${stats.birthtimeMs}`;
   } catch {
     return null;
   }
@@ -202,8 +209,9 @@ async function serveAndRegister(): Promise<void> {
 
 /** Register on kubelet.sock with the socket's file name; tried again when kubelet.sock changes, or after 5 s when refused. */
 async function register(mine: number): Promise<void> {
-  const inode = (triedWith = inodeOf(kubeletSocket));
-  if (inode === null) return say(`waiting for ${kubeletSocket}`);
+  kubeletSeenMissing = false;
+  const identity = (triedWith = identityOf(kubeletSocket));
+  if (identity === null) return say(`waiting for ${kubeletSocket}`);
   const client = new KubeletRegistration(`unix:${kubeletSocket}`, grpc.credentials.createInsecure());
   const request = { version: "v1beta1", endpoint: path.basename(socketPath), resource_name: resource, options };
   const error = await new Promise<grpc.ServiceError | null>((resolve) => client.Register(request, { deadline: Date.now() + 15_000 }, resolve));
@@ -217,10 +225,11 @@ async function register(mine: number): Promise<void> {
 /** What a restart of the kubelet (or edgeplug) looks like from here: our socket gone, or kubelet.sock replaced. */
 function checkSockets(): void {
   if (stopping || busy || !server) return;
-  const kubelet = inodeOf(kubeletSocket);
-  if (inodeOf(socketPath) === null) {
+  const kubelet = identityOf(kubeletSocket);
+  if (kubelet === null) kubeletSeenMissing = true;
+  if (identityOf(socketPath) === null) {
     say(`${socketPath} was deleted: serving a new socket`);
-  } else if (!watchedDir && kubelet !== null && kubelet !== triedWith) {
+  } else if (!watchedDir && kubelet !== null && (kubelet !== triedWith || kubeletSeenMissing)) {
     say(`${kubeletSocket} ${triedWith === null ? "appeared" : "was re-created"}: registering again with a new socket`);
   } else {
     return;
