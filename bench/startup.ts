@@ -11,6 +11,8 @@
  * `env -i` would. Targets (issue 9): status, validate and probe at most
  * 100 ms wall at the median. BENCH_STARTUP_BASELINE=<another build's
  * executable> times its commands too, interleaved with these ("baseline ...").
+ * Besides wall time it reports each command's CPU time (user + system, Linux),
+ * which the machine's load does not inflate.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -39,14 +41,37 @@ interface Stats {
   meanMs: number;
 }
 
-function timeOnce(command: string[], cwd: string): number {
+/** Linux's clock ticks per second (`getconf CLK_TCK`), the unit of /proc's CPU times. */
+const CLOCK_TICKS_PER_S = 100;
+
+/**
+ * CPU time (user + system, in ms) of this process's waited-for children so
+ * far, from /proc/self/stat (cutime, cstime); null off Linux. Wall time on a
+ * loaded machine is mostly waiting for a core; CPU time is what a command
+ * costs whatever else runs, at 10 ms resolution.
+ */
+function childrenCpuMs(): number | null {
+  let stat: string;
+  try {
+    stat = fs.readFileSync("/proc/self/stat", "utf8");
+  } catch {
+    return null;
+  }
+  // Fields after the command name in parentheses, which may itself hold spaces.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[13]) + Number(fields[14])) * 1000) / CLOCK_TICKS_PER_S;
+}
+
+function timeOnce(command: string[], cwd: string): { wallMs: number; cpuMs: number | null } {
+  const cpuBefore = childrenCpuMs();
   const started = performance.now();
   const result = spawnSync(command[0]!, command.slice(1), { cwd, env: {}, stdio: ["ignore", "ignore", "pipe"] });
   const elapsed = performance.now() - started;
+  const cpuAfter = childrenCpuMs();
   if (result.status !== 0) {
     throw new Error(`${command.join(" ")} exited ${result.status}: ${result.stderr?.toString() ?? ""}`);
   }
-  return elapsed;
+  return { wallMs: elapsed, cpuMs: cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore };
 }
 
 function percentile(sorted: number[], fraction: number): number {
@@ -114,13 +139,20 @@ export async function run(): Promise<object> {
       }
     }
     const samples: Record<string, number[]> = Object.fromEntries(Object.keys(commands).map((name) => [name, []]));
+    const cpuSamples: Record<string, number[]> = Object.fromEntries(Object.keys(commands).map((name) => [name, []]));
     for (let i = 0; i < WARMUP_RUNS + RUNS; i++) {
       for (const [name, command] of Object.entries(commands)) {
-        const ms = timeOnce(command, cwd);
-        if (i >= WARMUP_RUNS) samples[name]!.push(ms);
+        const { wallMs, cpuMs } = timeOnce(command, cwd);
+        if (i < WARMUP_RUNS) continue;
+        samples[name]!.push(wallMs);
+        if (cpuMs !== null) cpuSamples[name]!.push(cpuMs);
       }
     }
     const stats = Object.fromEntries(Object.entries(samples).map(([name, list]) => [name, summarize(list)]));
+    const cpuStats = Object.fromEntries(
+      Object.entries(cpuSamples).filter(([, list]) => list.length > 0).map(([name, list]) => [name, summarize(list)]),
+    );
+    const bareCpu = cpuStats["node -e 0"];
     const bare = stats["node -e 0"]!;
     const bytes = fs.statSync(executable).size;
     return {
@@ -133,6 +165,11 @@ export async function run(): Promise<object> {
       wallTime: stats,
       p50OverNodeMs: Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, round(s.p50Ms - bare.p50Ms)])),
       p50OverNodeRatio: Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, Math.round((s.p50Ms / bare.p50Ms) * 100) / 100])),
+      // User + system time of each command (Linux; 10 ms resolution): what load does not inflate.
+      cpuTime: cpuStats,
+      cpuP50OverNodeRatio: bareCpu
+        ? Object.fromEntries(Object.entries(cpuStats).map(([name, s]) => [name, Math.round((s.p50Ms / bareCpu.p50Ms) * 100) / 100]))
+        : {},
       targets: Object.fromEntries(
         TARGETED.map((name) => [name, { targetP50Ms: TARGET_MS, p50Ms: stats[name]!.p50Ms, meetsTarget: stats[name]!.p50Ms <= TARGET_MS }]),
       ),

@@ -17,6 +17,7 @@ import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
+import { installLightHeaders } from "./light-headers.ts";
 
 const usage = `Usage: edgeplug probe SOCKET [--config PATH] [--output text|json]
 
@@ -55,6 +56,8 @@ export const probeCommand: Command = {
     const socket = path.resolve(parsed.positionals[0]!);
     const watchDir = watchDirFor(policy, socket);
     const ownerRefusal = foreignOwner(socket, policy);
+    // Connect's metadata without undici's start-up cost (light-headers.ts); the gRPC dial itself needs http2.
+    installLightHeaders();
     const result: ProbeResult = ownerRefusal
       ? { socket, info: null, failure: null, error: null, handler: null, refusal: ownerRefusal }
       : await probePlugin(socket, policy, new HandlerSet(policy, handlerFactories(), { connectionLost() {} }));
