@@ -9,44 +9,18 @@
  */
 import assert from "node:assert/strict";
 import * as path from "node:path";
-import { test, type TestContext } from "node:test";
+import { test } from "node:test";
 import { toJson } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
-import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
-import { createLogger } from "../src/log/logger.ts";
-import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./support/fake-device-plugin.ts";
+import { ask, connected, newManager, R1, R2 } from "./support/device-manager-harness.ts";
+import { healthyDevices, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
-
-const R1 = "domain1.com/resource1";
-const R2 = "domain2.com/resource2";
-
-function newManager(t: TestContext): DeviceManager {
-  const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
-  t.after(() => devices.stop());
-  return devices;
-}
-
-/** A plugin of `resource` on its own socket, connected and listed. */
-async function connected(t: TestContext, devices: DeviceManager, resource: string, options: Partial<FakeDevicePluginOptions> = {}, socketName = resource.replace(/\W/g, "_")) {
-  const plugin = await startFakeDevicePlugin({ socketPath: path.join(tempDir(t), `${socketName}.sock`), devices: healthyDevices(2), ...options });
-  t.after(() => plugin.stop());
-  await devices.connect(resource, plugin.socketPath);
-  const count = (options.devices ?? healthyDevices(2)).length;
-  await waitForDeviceState(devices, `${resource} listed`, () => devices.resource(resource)?.capacity === count);
-  return plugin;
-}
 
 function hold() {
   let release = () => {};
   const held = new Promise<void>((resolve) => (release = resolve));
   return { held: () => held, release };
 }
-
-const ask = (owner: string, resources: Record<string, number>, container = "main") => ({
-  owner,
-  container,
-  resources: Object.entries(resources).map(([resource, count]) => ({ resource, count })),
-});
 
 test("two resources for one pod, then the kubelet's refusal when one runs out (TestPodContainerDeviceAllocation)", async (t) => {
   const devices = newManager(t);
@@ -216,8 +190,8 @@ test("two requests for the last free device at once: exactly one wins", async (t
 
 test("when the newest instance of a resource leaves, allocation goes through the survivor (TestPluginDisconnected_PromotesSurvivor)", async (t) => {
   const devices = newManager(t);
-  const older = await connected(t, devices, R1, { devices: healthyDevices(2) }, "older");
-  const newer = await connected(t, devices, R1, { devices: healthyDevices(2) }, "newer");
+  const older = await connected(t, devices, R1, { devices: healthyDevices(2) }, path.join(tempDir(t), "older.sock"));
+  const newer = await connected(t, devices, R1, { devices: healthyDevices(2) }, path.join(tempDir(t), "newer.sock"));
   await devices.allocate(ask("a", { [R1]: 1 }));
   assert.deepEqual([older.allocateCalls.length, newer.allocateCalls.length], [0, 1], "the newest is primary");
   await newer.stop();

@@ -7,35 +7,10 @@
  */
 import assert from "node:assert/strict";
 import * as path from "node:path";
-import { test, type TestContext } from "node:test";
-import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
-import { createLogger } from "../src/log/logger.ts";
-import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions, type TestDevice } from "./support/fake-device-plugin.ts";
+import { test } from "node:test";
+import { ask, connected, newManager, R1 } from "./support/device-manager-harness.ts";
+import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
-
-const R1 = "domain1.com/resource1";
-const R2 = "domain2.com/resource2";
-
-function newManager(t: TestContext): DeviceManager {
-  const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
-  t.after(() => devices.stop());
-  return devices;
-}
-
-async function connected(t: TestContext, devices: DeviceManager, resource: string, options: Partial<FakeDevicePluginOptions> = {}, socketPath = path.join(tempDir(t), "plugin.sock")) {
-  const plugin = await startFakeDevicePlugin({ socketPath, devices: healthyDevices(2), ...options });
-  t.after(() => plugin.stop());
-  await devices.connect(resource, plugin.socketPath);
-  const count = (options.devices ?? healthyDevices(2)).length;
-  await waitForDeviceState(devices, `${resource} listed`, () => devices.resource(resource)?.connected === true && devices.resource(resource)?.capacity === count);
-  return plugin;
-}
-
-const ask = (owner: string, resources: Record<string, number>, container = "main") => ({
-  owner,
-  container,
-  resources: Object.entries(resources).map(([resource, count]) => ({ resource, count })),
-});
 
 test("TestGetDeviceRunContainerOptions: a released owner (the kubelet's removed pod) has nothing left, and asking again is a new allocation", async (t) => {
   const devices = newManager(t);
