@@ -91,12 +91,7 @@ export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
       for (const log of [...watchers]) log.close();
       for (const channel of channels) channel.close();
       if (elsewhere) fs.rmSync(stateDir, { recursive: true, force: true });
-      if (agent.child.exitCode !== null || agent.child.signalCode !== null) return (await agent.exited).code;
-      agent.child.kill("SIGTERM");
-      const killer = setTimeout(() => agent.child.kill("SIGKILL"), 3000);
-      const { code } = await agent.exited;
-      clearTimeout(killer);
-      return code;
+      return agent.terminate();
     },
   };
 }

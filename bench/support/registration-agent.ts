@@ -33,14 +33,7 @@ export async function startAgent(dir: string, reconcile: string, binary?: string
     policy,
     pid: agent.child.pid!,
     stop() {
-      stopping ??= (async () => {
-        if (agent.child.exitCode !== null || agent.child.signalCode !== null) return (await agent.exited).code;
-        agent.child.kill("SIGTERM");
-        const killer = setTimeout(() => agent.child.kill("SIGKILL"), 3000);
-        const { code } = await agent.exited;
-        clearTimeout(killer);
-        return code;
-      })();
+      stopping ??= agent.terminate();
       return stopping;
     },
   };

@@ -88,6 +88,8 @@ export interface AgentProcess {
   waitForLog(message: string, timeoutMs?: number): Promise<Record<string, unknown>>;
   /** Resolves with the exit code. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGTERM, SIGKILL if it is still running `killAfterMs` later; resolves with the exit code. */
+  terminate(killAfterMs?: number): Promise<number | null>;
 }
 
 /** Starts `dist/edgeplug ...args` (or another build's executable: `binary`, for paired benchmarks). */
@@ -130,6 +132,14 @@ export function startEdgeplug(args: string[], options: { cwd?: string; env?: Nod
     stdout: () => stdout,
     stderr: () => stderr,
     exited,
+    async terminate(killAfterMs = 3000) {
+      if (done) return (await exited).code;
+      child.kill("SIGTERM");
+      const killer = setTimeout(() => child.kill("SIGKILL"), killAfterMs);
+      const { code } = await exited;
+      clearTimeout(killer);
+      return code;
+    },
     waitForLog(message, timeoutMs = 10_000) {
       return new Promise((resolve, reject) => {
         const check = () => {
