@@ -6,7 +6,7 @@
  * and no trailing newline.
  */
 import { Buffer } from "node:buffer";
-import { compareGoStrings, flattened, type GoCheckpointData, type GoPodDevicesEntry } from "./checkpoint-spew.ts";
+import { compareGoStrings, renderedOnce, type GoCheckpointData, type GoPodDevicesEntry } from "./checkpoint-spew.ts";
 
 /** The whole file: `{"Data":{...},"Checksum":N}`. */
 export function goCheckpointJson(data: GoCheckpointData, checksum: number): string {
@@ -68,21 +68,10 @@ function entryJson(entry: GoPodDevicesEntry, parts: string[]): void {
   parts.push("}");
 }
 
-/**
- * Encodings of frozen id lists: the device manager hands the checkpoint the
- * same frozen array of a resource's healthy ids until its list changes
- * (resources.ts), so an allocation with 100,000 devices registered encodes
- * its own entry, not the devices again. A frozen array cannot change, so
- * its encoding cannot go stale.
- */
-const frozenJson = new WeakMap<readonly string[], string>();
+const jsonOfFrozen = new WeakMap<readonly string[], string>();
 
 function stringsJson(values: readonly string[] | null): string {
-  if (values === null) return "null";
-  if (!Object.isFrozen(values)) return encodeStrings(values);
-  let json = frozenJson.get(values);
-  if (json === undefined) frozenJson.set(values, (json = flattened(encodeStrings(values))));
-  return json;
+  return values === null ? "null" : renderedOnce(jsonOfFrozen, values, encodeStrings);
 }
 
 function encodeStrings(values: readonly string[]): string {

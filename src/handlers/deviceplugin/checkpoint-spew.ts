@@ -94,24 +94,30 @@ function spewEntry(entry: GoPodDevicesEntry, parts: string[]): void {
 }
 
 /**
- * `text` as one flat string: the concatenation that built it is a rope of a
- * piece per id, which kept would cost more than the text; reading a
- * character makes V8 flatten it in place.
+ * `render(values)`, kept per array when `values` is frozen: the device
+ * manager hands the checkpoint the same frozen array of a resource's healthy
+ * ids until its list changes (resources.ts), so an allocation with 100,000
+ * devices registered renders its own entry, not the devices again. A frozen
+ * array cannot change, so what is kept cannot go stale. The kept text is
+ * flattened: the concatenation that built it is a rope of a piece per id,
+ * which kept would cost more than the text (reading a character makes V8
+ * flatten it in place).
  */
-export function flattened(text: string): string {
-  text.charCodeAt(0);
+export function renderedOnce(kept: WeakMap<readonly string[], string>, values: readonly string[], render: (values: readonly string[]) => string): string {
+  if (!Object.isFrozen(values)) return render(values);
+  let text = kept.get(values);
+  if (text === undefined) {
+    text = render(values);
+    text.charCodeAt(0);
+    kept.set(values, text);
+  }
   return text;
 }
 
-/** Renderings of frozen id lists, kept as checkpoint-json.ts keeps their JSON (a frozen array cannot change). */
-const frozenSpew = new WeakMap<readonly string[], string>();
+const spewOfFrozen = new WeakMap<readonly string[], string>();
 
 function spewStrings(values: readonly string[] | null): string {
-  if (values === null) return NIL;
-  if (!Object.isFrozen(values)) return renderStrings(values);
-  let spew = frozenSpew.get(values);
-  if (spew === undefined) frozenSpew.set(values, (spew = flattened(renderStrings(values))));
-  return spew;
+  return values === null ? NIL : renderedOnce(spewOfFrozen, values, renderStrings);
 }
 
 function renderStrings(values: readonly string[]): string {
