@@ -12,13 +12,14 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { StatusJson } from "../src/api/status.ts";
 import { runEdgeplug, startDaemon } from "./support/agent-process.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const EXAMPLES = fileURLToPath(new URL("../examples/", import.meta.url));
 
 /** Runs an example plugin; resolves once it printed `line`. Killed (SIGKILL) after the test. */
 async function startExample(t: test.TestContext, script: string, args: string[], line: string): Promise<ChildProcess> {
   const child = spawn(process.execPath, [path.join(EXAMPLES, script), ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  t.after(() => child.kill("SIGKILL"));
+  killAfter(t, child);
   let output = "";
   await new Promise<void>((resolve, reject) => {
     child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {

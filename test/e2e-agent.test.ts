@@ -13,6 +13,7 @@ import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { openDescriptors, policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug, waitForPath, writePolicy } from "./support/agent-process.ts";
 import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 /** A plugin of a type no handler in writePolicy's default policy takes. */
@@ -150,7 +151,7 @@ test("--reconcile-once honours --timeout when a plugin hangs in GetInfo", async 
 test("--reconcile-once --expect waits for a socket that appears late", async (t) => {
   const policy = writePolicy(tempDir(t));
   const agent = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--expect", "1", "--timeout", "20s", "--output", "json"]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   // The agent creates the watch dir at start; the plugin arrives after that.
   await waitForPath(policy.registry);
   const late = await startTestPlugin(t, { socketPath: path.join(policy.registry, "late.sock"), info: sensor });
@@ -189,7 +190,7 @@ test("status shows null type, name and endpoint and [] versions until GetInfo an
   const silent = await startTestPlugin(t, { socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
   const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
   const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   await good.waitForNotify();
   await silent.waitForGetInfo();
 

@@ -14,6 +14,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import packageJson from "../package.json" with { type: "json" };
 import { tempDir } from "./support/temp-dir.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const binary = path.join(repoRoot, "dist", "edgeplug");
@@ -136,7 +137,7 @@ test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes
   let stderr = "";
   agent.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   const exited = once(agent, "exit") as Promise<[number | null, NodeJS.Signals | null]>;
-  t.after(() => agent.kill("SIGKILL"));
+  killAfter(t, agent);
 
   await waitUntil(() => fs.existsSync(apiSocket) || agent.exitCode !== null, "the API socket", 10_000);
   assert.equal(agent.exitCode, null, `the agent exited early: ${stderr}`);

@@ -12,6 +12,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { policyWithRegistry, requireBinary, runEdgeplug, startDaemon, startEdgeplug } from "./support/agent-process.ts";
 import { startTestPlugin } from "./support/fake-plugin.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 /** What a terminal acts on: C0 (newline aside), DEL, C1. */
 const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
@@ -26,7 +27,7 @@ function assertNoRawControl(text: string, what: string): void {
 test("status, status --watch, probe and the report show plugin strings with control characters escaped", async (t) => {
   const { policy, agent } = await startDaemon(t);
   const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch"]);
-  t.after(() => watcher.child.kill("SIGKILL"));
+  killAfter(t, watcher.child);
   await outputIncludes(watcher.child.stdout!, () => watcher.stdout(), "no plugin sockets found");
   const evil = await startTestPlugin(t, { socketPath: path.join(policy.registry, "evil.sock"), info: hostile });
   await evil.waitForNotify();

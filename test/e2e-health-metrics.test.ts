@@ -11,6 +11,7 @@ import { test } from "node:test";
 import { promisify } from "node:util";
 import { runEdgeplug, startEdgeplug, writePolicy, type AgentProcess } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 async function curl(...args: string[]): Promise<{ status: number; body: string }> {
   const { stdout } = await promisify(execFile)("curl", ["--silent", "--write-out", "\n%{http_code}", ...args]);
@@ -22,7 +23,7 @@ test("dist/edgeplug answers /healthz and /readyz on its API socket, over HTTP/1.
   const policy = writePolicy(tempDir(t));
   assert.match(fs.readFileSync(policy.path, "utf8"), /^ {2}metrics: null$/m);
   const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   // "edgeplug running" is logged once the initial walk is done: ready from then on.
   await agent.waitForLog("edgeplug running");
 
@@ -43,7 +44,7 @@ test("dist/edgeplug exports edgeplug_build_info, and the reload gauges follow a 
   const original = fs.readFileSync(policy.path, "utf8").replace(/^ {2}metrics: null$/m, "  metrics: 127.0.0.1:0");
   fs.writeFileSync(policy.path, original);
   const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   const { url } = (await agent.waitForLog("metrics endpoint serving")) as { url: string };
   await agent.waitForLog("edgeplug running");
   const scrape = async () => {

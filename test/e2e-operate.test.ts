@@ -11,6 +11,7 @@ import { promisify } from "node:util";
 import { startDaemon, startEdgeplug } from "./support/agent-process.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 const gauge = { type: "acme.io/Gauge", name: "acme.io/pressure", versions: ["v1"] };
@@ -43,7 +44,7 @@ test("status --watch prints the snapshot, then each event as it comes", async (t
   const { policy, agent } = await startDaemon(t);
 
   const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", "json"]);
-  t.after(() => watcher.child.kill("SIGKILL"));
+  killAfter(t, watcher.child);
   const lines = eventLines(watcher.child.stdout!);
   const snapshot = await lines.next();
   assert.equal(snapshot.kind, "snapshot");

@@ -12,6 +12,7 @@ import { test } from "node:test";
 import { promisify } from "node:util";
 import { policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug } from "./support/agent-process.ts";
 import { startTestPlugin } from "./support/fake-plugin.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 
@@ -41,7 +42,7 @@ test("status --watch exits 1 with a message on stderr when the agent stops", asy
   for (const output of ["text", "json"]) {
     const { policy, agent } = await startDaemon(t);
     const watcher = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", output]);
-    t.after(() => watcher.child.kill("SIGKILL"));
+    killAfter(t, watcher.child);
     await new Promise<void>((resolve) => watcher.child.stdout!.once("data", () => resolve()));
     agent.child.kill("SIGTERM");
     assert.equal((await agent.exited).code, 0);
@@ -57,7 +58,7 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   const silent = await startTestPlugin(t, { socketPath: path.join(policy.registry, "silent.sock"), info: sensor, hangGetInfo: true });
   const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
   const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   await good.waitForNotify();
   await silent.waitForGetInfo();
 

@@ -20,6 +20,7 @@ import { startEdgeplug } from "./support/agent-process.ts";
 import { startTestPlugin, sensor } from "./support/fake-plugin.ts";
 import { startNotifyListener } from "./support/notify-listener.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 if (!SYSTEMD_NOTIFY_PATHS.some((candidate) => fs.existsSync(candidate))) {
   throw new Error(`these tests need systemd-notify (${SYSTEMD_NOTIFY_PATHS.join(" or ")}): apt-get install systemd`);
@@ -70,7 +71,7 @@ async function startNotifiedAgent(t: TestContext) {
   const agent = startEdgeplug(["run", "--config", files.policy], {
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", NOTIFY_SOCKET: listener.address },
   });
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   return { files, plugin, listener, agent };
 }
 
@@ -120,7 +121,7 @@ test("a NOTIFY_SOCKET edgeplug cannot use is logged once and the agent runs as w
   const dir = tempDir(t);
   const files = writePolicy(dir);
   const agent = startEdgeplug(["run", "--config", files.policy], { env: { PATH: "/usr/bin:/bin", NOTIFY_SOCKET: "relative/notify.sock" } });
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   const warning = await agent.waitForLog("NOTIFY_SOCKET ignored: systemd will not hear that edgeplug is ready");
   assert.equal(warning.reason, "expected an absolute path or an @abstract name");
   await agent.waitForLog("edgeplug running");

@@ -16,6 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { tempDir } from "./support/temp-dir.ts";
+import { killAfter } from "./support/child-cleanup.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const binary = path.join(repoRoot, "dist", "edgeplug");
@@ -51,7 +52,7 @@ function start(t: { after(fn: () => void): void }, file: string, args: string[],
   const child = spawn(file, args, { cwd, env, stdio: ["ignore", "ignore", "pipe"] });
   const output = { stderr: "" };
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (output.stderr += chunk));
-  t.after(() => child.kill("SIGKILL"));
+  killAfter(t, child);
   return { child, output };
 }
 

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { makeShortTempDir, removeDir, tempDir } from "./temp-dir.ts";
 import type { CleansUpAfter } from "./temp-dir.ts";
 import { waitUntil } from "./wait.ts";
+import { killAfter } from "./child-cleanup.ts";
 
 export const EDGEPLUG_BINARY = fileURLToPath(new URL("../../dist/edgeplug", import.meta.url));
 
@@ -188,7 +189,7 @@ export async function startDaemon(
 ): Promise<{ policy: TestPolicyFile; agent: AgentProcess }> {
   const policy = writePolicy(tempDir(t), policyOptions);
   const agent = startEdgeplug(["run", "--config", policy.path]);
-  t.after(() => agent.child.kill("SIGKILL"));
+  killAfter(t, agent.child);
   await agent.waitForLog("edgeplug running");
   return { policy, agent };
 }
