@@ -9,18 +9,16 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as net from "node:net";
-import * as os from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { claimSocketPath, SocketInUseError } from "../src/api/socket-guard.ts";
 import { serveApiSocket } from "../src/api/agent-socket.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { devicePluginV1beta1, edgeplugV1, pluginRegistration, podResourcesV1 } from "./support/kubelet-protos.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 function socketDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ep-guard-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
+  return tempDir(t, "ep-guard-");
 }
 
 /** A socket file nobody listens on: a child process binds it and is killed with SIGKILL. */

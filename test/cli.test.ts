@@ -13,6 +13,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import packageJson from "../package.json" with { type: "json" };
 import { COMMANDS } from "../src/cli/cli.ts";
+import { tempDir } from "./support/temp-dir.ts";
 
 const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const mainScript = path.join(repoRoot, "src", "main.ts");
@@ -42,8 +43,7 @@ function edgeplug(...args: string[]): Promise<Outcome> {
 }
 
 function tempPolicy(t: { after: (fn: () => void) => void }, text: string): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ep-cli-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, "ep-cli-");
   const file = path.join(dir, "policy.yaml");
   fs.writeFileSync(file, text);
   return file;

@@ -3,9 +3,7 @@
  * fresh directory (closed after the test), and an HTTP/1.1 POST over it.
  */
 import type { TestContext } from "node:test";
-import * as fs from "node:fs";
 import * as http from "node:http";
-import * as os from "node:os";
 import * as path from "node:path";
 import type { Duplex } from "node:stream";
 import { create } from "@bufbuild/protobuf";
@@ -13,6 +11,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { Agent, EventSchema, StatusResponseSchema } from "../../src/gen/edgeplug/v1/agent_pb.ts";
 import { serveApiSocket } from "../../src/api/agent-socket.ts";
 import { createLogger } from "../../src/log/logger.ts";
+import { tempDir } from "./temp-dir.ts";
 
 export const quietLog = createLogger({ level: "error", write: () => {} });
 
@@ -34,9 +33,7 @@ export function stubAgent(options: { ignoreShutdown?: boolean } = {}) {
 }
 
 export function socketDir(t: TestContext): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ep-api-"));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  return dir;
+  return tempDir(t, "ep-api-");
 }
 
 export async function serve(t: TestContext, extra: Partial<Parameters<typeof serveApiSocket>[0]> = {}) {
