@@ -29,6 +29,7 @@ import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import type { Clock } from "./platform/clock.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
+import { LivenessDial } from "./liveness/dial.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "./handlers/factories.ts";
@@ -60,6 +61,7 @@ export class EdgeplugAgent {
   readonly #csiDra: CsiDraDrivers;
   readonly events: EventStream;
   readonly health: Health;
+  readonly #liveness: LivenessDial;
   readonly metrics: AgentMetrics | null;
   /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
   #policy: Policy;
@@ -102,6 +104,7 @@ export class EdgeplugAgent {
       handlers: handlerFactories(this.devices, this.#csiDra),
       clock: options.clock,
     });
+    this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status());
     this.manager.subscribe(({ plugin, removed }) =>
       this.events.publish({
@@ -153,6 +156,7 @@ export class EdgeplugAgent {
       this.metrics?.observeCheckpointRestore(restored.kind);
       this.health.markDone(GATE_CHECKPOINT);
       await this.manager.start();
+      this.#liveness.start();
     } catch (error) {
       await this.stop();
       throw error;
@@ -209,6 +213,7 @@ export class EdgeplugAgent {
     this.health.setResyncPeriod(effective.reconcile.resyncMs);
     this.devices.applySettings(deviceSettings(effective));
     this.manager.applyPolicy(effective);
+    this.#liveness.setPolicy(effective);
     this.#policy = effective;
     this.metrics?.observeConfigReload(true);
     this.#log.info("policy reloaded", { policy: next.source, restartNeeded: needRestart.map(([key]) => key) });
@@ -223,6 +228,7 @@ export class EdgeplugAgent {
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.events.close();
+      this.#liveness.stop();
       await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop()]);
       await Promise.all([this.devices.stop(), this.#csiDra.dra.close()]);
       this.metrics?.close();

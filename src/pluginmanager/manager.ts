@@ -1,19 +1,17 @@
 /**
  * The plugin manager, wired as the kubelet's plugin_manager.go: the watcher
  * fills the desired state, the reconciler starts register and unregister
- * operations through the executor, outcomes feed the status cache, and
- * liveness watches what is registered.
+ * operations through the executor, and outcomes feed the status cache.
  */
 import type { Logger } from "../log/logger.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { Policy } from "../policy/types.ts";
 import { HandlerSet } from "./handler-set.ts";
-import { PluginLiveness } from "./liveness.ts";
 import { OperationExecutor } from "./operations.ts";
 import { type AttemptReport, PluginStatusCache, type SettleOptions } from "./plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
 import type { RegistrationContext } from "./registration.ts";
-import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state.ts";
 import { guarded, type HandlerFactories, type PluginChange, type PluginRecord } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
@@ -47,7 +45,6 @@ export class PluginManager {
   readonly #status: PluginStatusCache;
   readonly #executor: OperationExecutor;
   readonly #reconciler: Reconciler;
-  readonly #liveness: PluginLiveness;
   readonly #watcher: PluginWatcher;
   #phase: "new" | "running" | "stopped" = "new";
   #stopped: Promise<void> | null = null;
@@ -60,12 +57,8 @@ export class PluginManager {
     const executor = (this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock,
-      onReady: (socket) => {
-        this.#liveness.operationEnded(socket);
-        this.#reconciler.reconcile(socket);
-      },
+      onReady: (socket) => this.#reconciler.reconcile(socket),
     }));
-    this.#liveness = new PluginLiveness({ context: this.#context, executor, status, clock });
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
     const onPass = () => guarded(log, "plugin manager observer failed", () => observer.heartbeat?.("reconciler"), { hook: "heartbeat" });
     const { resyncMs } = policy.reconcile;
@@ -79,7 +72,6 @@ export class PluginManager {
     this.handlers.logUnavailable(this.#options.log);
     this.#dsw.subscribe((change) => this.#status.track(change));
     this.#reconciler.start();
-    this.#liveness.start();
     try {
       this.#watcher.start();
     } catch (error) {
@@ -107,7 +99,6 @@ export class PluginManager {
     this.#context.handlers = this.#handlerSet(policy, previous);
     this.#executor.setBackoff(policy.reconcile.backoff);
     this.#reconciler.setResyncPeriod(policy.reconcile.resyncMs);
-    this.#liveness.policyChanged();
     if (this.#phase === "running") this.#context.handlers.logUnavailable(this.#options.log, previous);
     // Sockets of removed dirs leave first, so that nothing below touches them.
     this.#watcher.setDirs(policy.watch);
@@ -120,7 +111,6 @@ export class PluginManager {
       this.#phase = "stopped";
       this.#watcher.stop();
       this.#reconciler.stop();
-      this.#liveness.stop();
       await this.#executor.stop(STOP_GRACE_MS);
       this.#status.close();
     })();
@@ -142,7 +132,17 @@ export class PluginManager {
     return this.#status.whenSettled(options);
   }
 
+  /** Registered plugins no operation is working on (the liveness dial's, src/liveness/dial.ts). */
+  idlePlugins(): RegisteredPlugin[] {
+    return this.#context.asw.plugins().filter((plugin) => !this.#executor.isRunning(plugin.socket));
+  }
+
+  /** A dial to `plugin` was refused: it turns `stale` unless it changed meanwhile (see {@link Reconciler.socketRefused}). */
+  socketRefused(plugin: RegisteredPlugin): void {
+    this.#reconciler.socketRefused(plugin);
+  }
+
   #handlerSet(policy: Policy, previous?: HandlerSet): HandlerSet {
-    return new HandlerSet(policy, this.#options.handlers, { connectionLost: (plugin, reason) => this.#liveness.connectionLost(plugin, reason) }, previous);
+    return new HandlerSet(policy, this.#options.handlers, { connectionLost: (plugin, reason) => this.#reconciler.connectionLost(plugin, reason) }, previous);
   }
 }

@@ -3,12 +3,16 @@
  * and starts register and unregister operations through the executor.
  * Unlike the kubelet's 1 s loop it reacts to each desired-state change at
  * once, for that socket; a periodic resync catches what an event missed.
+ * A registered plugin found dead (its handler lost the connection, or the
+ * liveness dial was refused) leaves the actual state as `stale` and is
+ * registered again after a backoff window.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { OperationExecutor, OperationOutcome } from "./operations.ts";
 import type { PluginStatusCache } from "./plugin-status.ts";
-import { type RegistrationContext, registeredPluginRefusal, registerPlugin, unregisterPlugin } from "./registration.ts";
+import { type RegistrationContext, registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state.ts";
+import type { Failure, PluginRegistration } from "./types.ts";
 
 export interface ReconcilerOptions {
   dsw: DesiredStateOfWorld;
@@ -32,6 +36,8 @@ export class Reconciler {
   #running = false;
   /** Sockets whose attempt has not recorded its outcome yet. */
   readonly #attempting = new Set<string>();
+  /** Losses reported while the socket's operation was still running: applied when it ends. */
+  readonly #lostWhileRunning = new Map<string, { lost: PluginRegistration; error: string }>();
 
   constructor(options: ReconcilerOptions) {
     this.#options = options;
@@ -52,6 +58,7 @@ export class Reconciler {
     this.#running = false;
     this.#unsubscribe();
     this.#cancelResync();
+    this.#lostWhileRunning.clear();
   }
 
   setResyncPeriod(resyncMs: number): void {
@@ -65,6 +72,11 @@ export class Reconciler {
   reconcile(socket: string): void {
     if (!this.#running) return;
     const { dsw, executor, context } = this.#options;
+    const deferred = this.#lostWhileRunning.get(socket);
+    if (deferred && !executor.isRunning(socket)) {
+      this.#lostWhileRunning.delete(socket);
+      this.connectionLost(deferred.lost, deferred.error);
+    }
     const desired = dsw.get(socket);
     const actual = context.asw.get(socket);
     if (actual && actual.inode !== desired?.inode) {
@@ -104,6 +116,22 @@ export class Reconciler {
     this.reconcileAll();
   }
 
+  /** {@link HandlerContext.connectionLost}: ignored unless registered with that name and endpoint. */
+  connectionLost(lost: PluginRegistration, error: string): void {
+    if (!this.#running) return;
+    const plugin = this.#options.context.asw.get(lost.socket);
+    if (plugin?.registration.name !== lost.name || plugin.registration.endpoint !== lost.endpoint) return;
+    if (this.#options.executor.isRunning(lost.socket)) this.#lostWhileRunning.set(lost.socket, { lost, error });
+    else this.#markStale(plugin, { reason: "connection_lost", error }, "plugin connection lost");
+  }
+
+  /** The liveness dial was refused: ignored unless `plugin` is still what is registered there, with no operation running. */
+  socketRefused(plugin: RegisteredPlugin): void {
+    const { context, executor } = this.#options;
+    if (!this.#running || context.asw.get(plugin.socket) !== plugin || executor.isRunning(plugin.socket)) return;
+    this.#markStale(plugin, staleSocket(plugin.socket), "plugin socket is stale");
+  }
+
   async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
     const { context, status } = this.#options;
     const policy = context.policy;
@@ -126,6 +154,13 @@ export class Reconciler {
     unregisterPlugin(plugin, context.asw, context.log);
     executor.resetBackoff(plugin.socket);
     status.deregistered(plugin, "pending", refusal, "plugin deregistered: the policy now refuses it");
+  }
+
+  #markStale(plugin: RegisteredPlugin, failure: Failure, message: string): void {
+    const { executor, context, status } = this.#options;
+    unregisterPlugin(plugin, context.asw, context.log);
+    executor.backOff(plugin.socket);
+    status.deregistered(plugin, "stale", failure, message);
   }
 
   #onDesiredChange(change: DesiredChange): void {

@@ -1,6 +1,7 @@
 /**
- * A PluginManager for tests: built from a test policy, stopped after the
- * test, with its change events recorded and helpers that wait on its records.
+ * A PluginManager for tests: built from a test policy, wired to a liveness
+ * dial as src/agent.ts wires them, stopped after the test, with its change
+ * events recorded and helpers that wait on its records.
  */
 import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
@@ -8,6 +9,7 @@ import type { TestContext } from "node:test";
 import { createLogger } from "../../src/log/logger.ts";
 import type { Logger } from "../../src/log/logger.ts";
 import { handlerFactories } from "../../src/agent.ts";
+import { LivenessDial } from "../../src/liveness/dial.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";
 import type { Clock } from "../../src/platform/clock.ts";
@@ -37,8 +39,9 @@ export async function startManager(
   policy: TestPolicyOptions,
   options: StartManagerOptions = {},
 ): Promise<{ manager: PluginManager; changes: PluginChange[] }> {
+  const effective = testPolicy(policy);
   const manager = new PluginManager({
-    policy: testPolicy(policy),
+    policy: effective,
     log: options.log ?? quietLog,
     handlers: Object.fromEntries(
       Object.entries({ ...handlerFactories(), ...options.handlers }).filter(([type]) => !options.without?.includes(type)),
@@ -48,8 +51,13 @@ export async function startManager(
   });
   const changes: PluginChange[] = [];
   manager.subscribe((change) => changes.push(change));
-  t.after(() => manager.stop());
+  const liveness = new LivenessDial(manager, effective, options.clock);
+  t.after(() => {
+    liveness.stop();
+    return manager.stop();
+  });
   await manager.start();
+  liveness.start();
   return { manager, changes };
 }
 
