@@ -47,10 +47,10 @@ test("TestGetTopologyHintsWithUpdates: reads while a plugin sends update after u
     const ids = [...status.healthy, ...status.unhealthy].sort((a, b) => Number(a.split("dev")[1]) - Number(b.split("dev")[1])).join(",");
     const list = sent.get(ids);
     assert.ok(list, `a read saw a mix of lists: ${ids}`);
-    assert.deepEqual(status.unhealthy.sort(), list.filter((d) => d.health !== "Healthy").map((d) => d.ID).sort());
+    assert.deepEqual([...status.unhealthy].sort(), list.filter((d) => d.health !== "Healthy").map((d) => d.ID).sort());
     // The pod-resources view (what topology hints read) agrees with the status view at the same moment.
     const state = devices.resourceStates().find((s) => s.name === R1)!;
-    assert.deepEqual([...state.devices.keys()].sort(), list.map((d) => d.ID).sort());
+    assert.deepEqual([...state.devices.ids].sort(), list.map((d) => d.ID).sort());
     seen.push(ids);
   };
   // The manager catches a listener's throw: keep each failure for the end.

@@ -30,13 +30,20 @@ import { NO_NUMA_NODE } from "../handlers/deviceplugin/topology.ts";
 /** The namespace every owner appears in (SPEC.md sections 4 and 5). */
 export const POD_NAMESPACE = "edgeplug";
 
+/** A resource's devices as the device manager keeps them (DeviceList): by index in the plugin's list. */
+interface DeviceColumns {
+  readonly ids: readonly string[];
+  isHealthy(index: number): boolean;
+  nodesAt(index: number): readonly number[];
+}
+
 /** What the service reads of the device manager (DeviceManager satisfies it). */
 export interface PodResourcesSource {
   readonly pods: {
     owners(): string[];
     ownerEntries(owner: string): ReadonlyArray<{ container: string; resource: string; byNode: ReadonlyMap<number, readonly string[]> }>;
   };
-  resourceStates(): ReadonlyArray<{ name: string; devices: ReadonlyMap<string, { id: string; healthy: boolean; numaNodes: readonly number[] }> }>;
+  resourceStates(): ReadonlyArray<{ name: string; devices: DeviceColumns }>;
 }
 
 /** Registers v1.PodResourcesLister answered from `devices`. */
@@ -52,11 +59,12 @@ export function podResourcesRoutes(devices: PodResourcesSource): (router: Connec
           // The kubelet's GetAllocatableDevices: every healthy device (a resource without its plugin has none).
           devices: [...devices.resourceStates()]
             .sort((a, b) => compare(a.name, b.name))
-            .flatMap((state) =>
-              [...state.devices.values()]
-                .filter((device) => device.healthy)
-                .sort((a, b) => compare(a.id, b.id))
-                .flatMap((device) => deviceEntries(state.name, device.id, device.numaNodes)),
+            .flatMap(({ name, devices: list }) =>
+              list.ids
+                .map((_, index) => index)
+                .filter((index) => list.isHealthy(index))
+                .sort((a, b) => compare(list.ids[a]!, list.ids[b]!))
+                .flatMap((index) => deviceEntries(name, list.ids[index]!, list.nodesAt(index))),
             ),
         }),
       get: (request) => {

@@ -28,8 +28,36 @@ test("devices read from their bytes agree with protobuf-es's decoding of the who
   const bytes = toBinary(ListAndWatchResponseSchema, message);
   const read = readDeviceList(view(bytes), 100);
   assert.ok(typeof read !== "string", String(read));
-  assert.deepEqual([...read.values()], reference(bytes));
-  assert.deepEqual([...read.keys()], reference(bytes).map((d) => d.id));
+  assert.deepEqual(read.devices(), reference(bytes));
+  assert.deepEqual(read.ids, reference(bytes).map((d) => d.id));
+});
+
+test("NUMA node ids of every size on a single node read as protobuf-es reads them: one-byte varints, larger ones, negative and past 32 bits", () => {
+  const nodes = [0n, 1n, 127n, 128n, 300n, 2n ** 31n - 1n, 2n ** 31n, 2n ** 40n, -1n, -(2n ** 31n)];
+  const message = create(ListAndWatchResponseSchema, { devices: nodes.map((ID, i) => ({ ID: `d${i}`, health: "Healthy", topology: { nodes: [{ ID }] } })) });
+  const bytes = toBinary(ListAndWatchResponseSchema, message);
+  const read = readDeviceList(view(bytes), 100);
+  assert.ok(typeof read !== "string", String(read));
+  assert.deepEqual(read.devices(), reference(bytes));
+  assert.deepEqual(read.nodesOf("d7"), [2 ** 40]);
+  assert.deepEqual(read.nodesOf("unknown"), []);
+});
+
+test("a list with the previous list's ids in the same order takes its new health; one with other ids is checked for duplicates and sorted again", () => {
+  const list = (ids: string[], health: (id: string) => string) =>
+    view(toBinary(ListAndWatchResponseSchema, create(ListAndWatchResponseSchema, { devices: ids.map((ID) => ({ ID, health: health(ID) })) })));
+  const first = readDeviceList(list(["c", "a", "b"], () => "Healthy"), 10);
+  assert.ok(typeof first !== "string", String(first));
+  assert.deepEqual(first.sorted, ["a", "b", "c"]);
+  const again = readDeviceList(list(["c", "a", "b"], (id) => (id === "a" ? "Unhealthy" : "Healthy")), 10, first);
+  assert.ok(typeof again !== "string", String(again));
+  assert.deepEqual(again.devices().map((d) => [d.id, d.healthy]), [["c", true], ["a", false], ["b", true]]);
+  assert.deepEqual(first.devices().map((d) => d.healthy), [true, true, true], "the previous list keeps its own health");
+  assert.equal(again.indexOf("b"), 2);
+  const reordered = readDeviceList(list(["b", "a", "d"], () => "Healthy"), 10, first);
+  assert.ok(typeof reordered !== "string", String(reordered));
+  assert.deepEqual(reordered.sorted, ["a", "b", "d"]);
+  assert.match(String(readDeviceList(list(["b", "a", "b"], () => "Healthy"), 10, first)), /device ID "b" is listed twice/);
 });
 
 test("unknown fields are skipped, a repeated ID keeps its last value and a repeated topology merges, as protobuf readers do", () => {
@@ -44,8 +72,8 @@ test("unknown fields are skipped, a repeated ID keeps its last value and a repea
   const bytes = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(device).tag(5, WireType.LengthDelimited).string("ignored").finish();
   const read = readDeviceList(view(bytes), 100);
   assert.ok(typeof read !== "string", String(read));
-  assert.deepEqual([...read.values()], reference(bytes));
-  assert.deepEqual([...read.values()], [{ id: "last", healthy: true, numaNodes: [4, 5] }]);
+  assert.deepEqual(read.devices(), reference(bytes));
+  assert.deepEqual(read.devices(), [{ id: "last", healthy: true, numaNodes: [4, 5] }]);
 });
 
 test("a malformed device, a bad id, a duplicate or too many devices refuse the whole message with the reason", () => {

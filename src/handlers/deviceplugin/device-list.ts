@@ -16,29 +16,187 @@ import { Buffer } from "node:buffer";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
 
-/** One device as the resource keeps it. */
+/** One device as a message describes it (tests and fixtures build lists from these). */
 export interface DeviceInfo {
   id: string;
   healthy: boolean;
   /** NUMA node ids from the plugin's topology; empty when it gave none. */
-  numaNodes: number[];
+  numaNodes: readonly number[];
+}
+
+/** A node id kept in the compact per-device column; the sentinel means no topology. */
+const NO_NODE = -0x80000000;
+const NO_NODES: readonly number[] = Object.freeze([]);
+
+/**
+ * One resource's device list, kept as columns rather than an object per
+ * device: the ids in list order and in UTF-16 order (status lists them so,
+ * and equal neighbours there are how a duplicate is found, without a map of
+ * 100,000 entries per list), one health byte per device, one NUMA node per
+ * device in an Int32Array, and the few devices on several nodes aside. The
+ * id index that allocation and the pod-resources API look devices up by is
+ * built on first use. The id arrays are frozen and shared by every list
+ * that repeats the same ids in the same order, the usual case of a plugin
+ * reporting a health change.
+ */
+export class DeviceList {
+  static readonly EMPTY = new DeviceList(Object.freeze([]), Object.freeze([]), new Uint8Array(0), null, null, null);
+
+  /** Device ids in the plugin's order. */
+  readonly ids: readonly string[];
+  /** The same ids in UTF-16 code unit order. */
+  readonly sorted: readonly string[];
+  /** 1 where the device is healthy. */
+  readonly health: Uint8Array;
+  readonly #nodes: Int32Array | null;
+  readonly #several: ReadonlyMap<number, readonly number[]> | null;
+  #index: Map<string, number> | null;
+
+  private constructor(
+    ids: readonly string[],
+    sorted: readonly string[],
+    health: Uint8Array,
+    nodes: Int32Array | null,
+    several: ReadonlyMap<number, readonly number[]> | null,
+    index: Map<string, number> | null,
+  ) {
+    this.ids = ids;
+    this.sorted = sorted;
+    this.health = health;
+    this.#nodes = nodes;
+    this.#several = several;
+    this.#index = index;
+  }
+
+  /** A list of `devices` (which must have distinct ids), for tests and restored state. */
+  static of(devices: readonly DeviceInfo[]): DeviceList {
+    const columns = new Columns(devices.length);
+    devices.forEach((device, i) => columns.set(i, device.id, device.healthy, device.numaNodes));
+    const list = columns.finish(null);
+    if (typeof list === "string") throw new Error(list);
+    return list;
+  }
+
+  get size(): number {
+    return this.ids.length;
+  }
+
+  /** Where `id` is in {@link ids}, or -1. */
+  indexOf(id: string): number {
+    if (this.#index === null) {
+      const index = new Map<string, number>();
+      for (let i = 0; i < this.ids.length; i++) index.set(this.ids[i]!, i);
+      this.#index = index;
+    }
+    return this.#index.get(id) ?? -1;
+  }
+
+  has(id: string): boolean {
+    return this.indexOf(id) >= 0;
+  }
+
+  isHealthy(index: number): boolean {
+    return this.health[index] === 1;
+  }
+
+  /** The NUMA nodes of the device at `index` (empty without topology). */
+  nodesAt(index: number): readonly number[] {
+    const several = this.#several?.get(index);
+    if (several !== undefined) return several;
+    const node = this.#nodes?.[index] ?? NO_NODE;
+    return node === NO_NODE ? NO_NODES : singleNode(node);
+  }
+
+  /** The NUMA nodes of device `id` (empty when unknown or without topology). */
+  nodesOf(id: string): readonly number[] {
+    const index = this.indexOf(id);
+    return index < 0 ? NO_NODES : this.nodesAt(index);
+  }
+
+  /** Every device as a message describes it, in list order. */
+  devices(): DeviceInfo[] {
+    return this.ids.map((id, i) => ({ id, healthy: this.isHealthy(i), numaNodes: this.nodesAt(i) }));
+  }
+
+  /** Whether this list has exactly the ids of `other`, in the same order. */
+  sameIds(other: DeviceList): boolean {
+    if (other.ids === this.ids) return true;
+    if (other.ids.length !== this.ids.length) return false;
+    for (let i = 0; i < this.ids.length; i++) if (this.ids[i] !== other.ids[i]) return false;
+    return true;
+  }
+
+  /** Shares `previous`'s frozen id arrays and index (which the caller has found to hold the same ids). */
+  withIdsOf(previous: DeviceList): DeviceList {
+    return new DeviceList(previous.ids, previous.sorted, this.health, this.#nodes, this.#several, previous.#index);
+  }
+
+  static fromColumns(ids: string[], health: Uint8Array, nodes: Int32Array | null, several: Map<number, readonly number[]> | null, previous: DeviceList | null): DeviceList | string {
+    const fresh = new DeviceList(ids, ids, health, nodes, several, null);
+    if (previous !== null && fresh.sameIds(previous)) return fresh.withIdsOf(previous);
+    const sorted = ids.slice().sort();
+    for (let i = 1; i < sorted.length; i++) {
+      if (sorted[i] === sorted[i - 1]) return `device ID ${JSON.stringify(sorted[i])} is listed twice`;
+    }
+    return new DeviceList(Object.freeze(ids), Object.freeze(sorted), health, nodes, several, null);
+  }
+}
+
+/** The columns of a list being read. */
+class Columns {
+  readonly ids: string[] = [];
+  readonly health: Uint8Array;
+  #nodes: Int32Array | null = null;
+  #several: Map<number, readonly number[]> | null = null;
+
+  constructor(size: number) {
+    this.health = new Uint8Array(size);
+  }
+
+  set(index: number, id: string, healthy: boolean, nodes: readonly number[]): void {
+    this.ids.push(id);
+    if (healthy) this.health[index] = 1;
+    if (nodes.length === 0) return;
+    const node = nodes[0]!;
+    if (nodes.length === 1 && (node | 0) === node && node !== NO_NODE) {
+      this.#nodes ??= new Int32Array(this.health.length).fill(NO_NODE);
+      this.#nodes[index] = node;
+    } else {
+      (this.#several ??= new Map()).set(index, nodes);
+    }
+  }
+
+  finish(previous: DeviceList | null): DeviceList | string {
+    return DeviceList.fromColumns(this.ids, this.health, this.#nodes, this.#several, previous);
+  }
+}
+
+/** One device's fields as they are read, reused for every device of a list. */
+interface DeviceFields {
+  id: string;
+  healthy: boolean;
+  numaNodes: readonly number[];
+  /** Whether the id has a byte of a control character (in UTF-8 only those bytes encode one). */
+  suspect: boolean;
 }
 
 /**
- * The devices of one message by id, or why the message is refused (the
- * previous list stays). One reader walks the message's buffer, which every
- * device's bytes are a view of, so reading allocates little more than the
- * ids and the devices themselves.
+ * The devices of one message, or why the message is refused (the previous
+ * list stays). One reader walks the message's buffer, which every device's
+ * bytes are a view of, and the devices go straight into the list's columns.
+ * `previous` is the resource's current list: when the ids are the same in
+ * the same order, the new list shares its id arrays and no duplicate check
+ * or sort is needed.
  */
-export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: number): Map<string, DeviceInfo> | string {
+export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: number, previous: DeviceList | null = null): DeviceList | string {
   if (encoded.length > maxDevices) {
     return `device list of ${encoded.length} devices exceeds security.maxDevicesPerResource (${maxDevices})`;
   }
-  const devices = new Map<string, DeviceInfo>();
+  const columns = new Columns(encoded.length);
   let reader: BinaryReader | null = null;
   let whole: Buffer | null = null;
   let buffer: ArrayBufferLike | null = null;
-  const idCheck = { suspect: false };
+  const fields: DeviceFields = { id: "", healthy: false, numaNodes: NO_NODES, suspect: false };
   for (let i = 0; i < encoded.length; i++) {
     const bytes = encoded[i]!;
     if (bytes.buffer !== buffer) {
@@ -46,21 +204,20 @@ export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: numbe
       whole = Buffer.from(buffer);
       reader = new BinaryReader(whole);
     }
-    let device: DeviceInfo;
     try {
       reader!.pos = bytes.byteOffset;
-      device = readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength, idCheck);
+      readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength, fields);
     } catch (error) {
       return `device ${i} of the list cannot be read: ${error instanceof Error ? error.message : String(error)}`;
     }
-    if (idCheck.suspect || device.id === "" || device.id.length > MAX_DEVICE_ID_LENGTH) {
-      const refusal = deviceIdRefusal(device.id);
+    const { id } = fields;
+    if (fields.suspect || id === "" || id.length > MAX_DEVICE_ID_LENGTH) {
+      const refusal = deviceIdRefusal(id);
       if (refusal) return refusal;
     }
-    if (devices.has(device.id)) return `device ID ${JSON.stringify(device.id)} is listed twice`;
-    devices.set(device.id, device);
+    columns.set(i, id, fields.healthy, fields.numaNodes);
   }
-  return devices;
+  return columns.finish(previous);
 }
 
 /**
@@ -81,16 +238,12 @@ export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.length).equals(Buffer.from(b.buffer, b.byteOffset, b.length));
 }
 
-/**
- * Reads one device; `idCheck.suspect` says whether its id has a byte of a
- * control character (in UTF-8 only those bytes encode one), so that the
- * usual id is checked without a regular expression.
- */
-function readDevice(reader: BinaryReader, bytes: Buffer, end: number, idCheck: { suspect: boolean }): DeviceInfo {
+/** Reads one device into `fields`. */
+function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: DeviceFields): void {
   let id = "";
   let healthy = false;
-  let numaNodes: number[] = NO_NODES;
-  idCheck.suspect = false;
+  let numaNodes: readonly number[] = NO_NODES;
+  let suspect = false;
   while (reader.pos < end) {
     // The tag by hand: reader.tag() allocates a pair for every field of 100,000 devices.
     const tag = reader.uint32();
@@ -102,9 +255,10 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, idCheck: {
       const from = reader.pos;
       reader.pos = subEndAt(from, length, end);
       let ascii = true;
+      suspect = false;
       for (let i = from; i < reader.pos; i++) {
         const byte = bytes[i]!;
-        if (byte < 0x20 || byte === 0x7f) idCheck.suspect = true;
+        if (byte < 0x20 || byte === 0x7f) suspect = true;
         else if (byte > 0x7f) ascii = false;
       }
       id = bytes.toString(ascii ? "latin1" : "utf8", from, reader.pos);
@@ -115,13 +269,16 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, idCheck: {
       reader.pos = subEndAt(from, length, end);
       healthy = isHealthy(bytes, from, length);
     } else if (field === 3) {
-      numaNodes = readTopology(reader, subEnd(lengthDelimited(reader, field, wireType), end), numaNodes);
+      numaNodes = readTopology(reader, bytes, subEnd(lengthDelimited(reader, field, wireType), end), numaNodes);
     } else {
       reader.skip(wireType, field);
     }
   }
   if (reader.pos !== end) throw new Error("a field runs past the device's end");
-  return { id, healthy, numaNodes };
+  fields.id = id;
+  fields.healthy = healthy;
+  fields.numaNodes = numaNodes;
+  fields.suspect = suspect;
 }
 
 const HEALTHY_BYTES = new TextEncoder().encode(HEALTHY);
@@ -133,7 +290,7 @@ function isHealthy(bytes: Uint8Array, from: number, length: number): boolean {
 }
 
 /** The nodes of a TopologyInfo appended to `nodes` (a repeated message field merges). */
-function readTopology(reader: BinaryReader, end: number, nodes: number[]): number[] {
+function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: readonly number[]): readonly number[] {
   let result = nodes;
   while (reader.pos < end) {
     const tag = reader.uint32();
@@ -151,6 +308,8 @@ function readTopology(reader: BinaryReader, end: number, nodes: number[]): numbe
       const nodeWireType = nodeTag & 7;
       if (nodeField !== 1) reader.skip(nodeWireType, nodeField);
       else if (nodeWireType !== WireType.Varint) throw new Error(`NUMANode field 1 has wire type ${nodeWireType}, not varint`);
+      // A one-byte varint (0 to 127, every real node id) read as it is: int64() makes a BigInt per device.
+      else if (bytes[reader.pos]! < 0x80) id = bytes[reader.pos++]!;
       else id = Number(reader.int64());
     }
     result = withNode(result, id);
@@ -175,16 +334,18 @@ function lengthDelimited(reader: BinaryReader, field: number, wireType: number):
   return reader;
 }
 
-const NO_NODES: number[] = [];
 /** Devices on one node share its list: 100,000 devices on a few nodes need a few arrays, not 100,000. */
-const SINGLE_NODES = new Map<number, number[]>();
+const SINGLE_NODES = new Map<number, readonly number[]>();
 
-function withNode(nodes: number[], id: number): number[] {
-  if (nodes.length > 0) return [...nodes, id];
+function singleNode(id: number): readonly number[] {
   let single = SINGLE_NODES.get(id);
   if (!single) {
-    single = [id];
+    single = Object.freeze([id]);
     if (SINGLE_NODES.size < 1024) SINGLE_NODES.set(id, single);
   }
   return single;
+}
+
+function withNode(nodes: readonly number[], id: number): readonly number[] {
+  return nodes.length > 0 ? [...nodes, id] : singleNode(id);
 }

@@ -10,7 +10,7 @@ import type { AllocationStatus, CheckpointStatus, ResourceStatus } from "../../g
 import { AllocationStatusSchema, CheckpointStatusSchema, ResourceStatusSchema } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { CheckpointState } from "./manager.ts";
 import { entryDeviceIds, type ContainerDevices } from "./pod-devices.ts";
-import { sortedHealthyIds, type ResourceState } from "./resources.ts";
+import { sortedHealthyIds, sortedUnhealthyIds, type ResourceState } from "./resources.ts";
 
 export class ResourceStatusView {
   readonly #cache = new WeakMap<ResourceState, { version: number; status: ResourceStatus }>();
@@ -26,17 +26,16 @@ export class ResourceStatusView {
 }
 
 function resourceStatus(state: ResourceState): ResourceStatus {
-  // The sorted healthy ids an allocation uses too (resources.ts), a copy since the message is not frozen.
-  const healthy = [...sortedHealthyIds(state)];
-  const unhealthy: string[] = [];
-  if (healthy.length < state.devices.size) for (const device of state.devices.values()) if (!device.healthy) unhealthy.push(device.id);
+  // The sorted ids an allocation uses too (resources.ts), shared: the message is only read, never changed.
+  const healthy = sortedHealthyIds(state) as string[];
+  const unhealthy = sortedUnhealthyIds(state) as string[];
   return create(ResourceStatusSchema, {
     name: state.name,
     capacity: state.devices.size,
     // SPEC: a resource without a live plugin has allocatable 0 (its devices are unhealthy by then anyway).
     allocatable: state.endpoints.size > 0 ? healthy.length : 0,
     healthy,
-    unhealthy: unhealthy.sort(),
+    unhealthy,
     connected: state.endpoints.size > 0,
     sockets: [...state.endpoints.keys()],
     error: state.lastError ?? undefined,

@@ -12,11 +12,11 @@ import type { ContainerAllocateResponse, DevicePluginOptions } from "../../gen/d
 import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
-import { listRegion, readDeviceList, sameBytes, type DeviceInfo } from "./device-list.ts";
+import { listRegion, readDeviceList, sameBytes, type DeviceList } from "./device-list.ts";
 import { ListBudget } from "./list-budget.ts";
 import { MAX_LIST_MESSAGE_BYTES } from "./names.ts";
 
-export type { DeviceInfo } from "./device-list.ts";
+export type { DeviceInfo, DeviceList } from "./device-list.ts";
 
 /**
  * DevicePlugin's ListAndWatch, the same call on the wire, answered as the
@@ -29,7 +29,7 @@ const DevicePluginListView = { ...DevicePlugin, methods: [listAndWatchView], met
 
 export interface EndpointListener {
   /** A message that passed validation: the complete device list of the resource. */
-  devices(endpoint: DevicePluginEndpoint, devices: Map<string, DeviceInfo>): void;
+  devices(endpoint: DevicePluginEndpoint, devices: DeviceList): void;
   /** The last good list sent again, byte for byte. */
   unchanged(endpoint: DevicePluginEndpoint): void;
   /** A message that was refused; the previous list stays. */
@@ -113,6 +113,7 @@ export class DevicePluginEndpoint {
       let reason = "ListAndWatch stream ended";
       let reopenMs = REOPEN_INITIAL_MS;
       let lastGood: Uint8Array | null = null;
+      let lastList: DeviceList | null = null;
       const budget = new ListBudget();
       for (let open = true; open && !this.#closed; ) {
         open = false;
@@ -127,12 +128,13 @@ export class DevicePluginEndpoint {
               if (!(await this.#pace(budget, startedAt, message.devices.length))) return;
               continue;
             }
-            const checked = readDeviceList(message.devices, this.#maxDevices);
+            const checked = readDeviceList(message.devices, this.#maxDevices, lastList);
             if (typeof checked === "string") {
               listener.refused(this, checked);
             } else {
               reopenMs = REOPEN_INITIAL_MS;
               lastGood = region?.slice() ?? null;
+              lastList = checked;
               listener.devices(this, checked);
             }
             if (!(await this.#pace(budget, startedAt, message.devices.length))) return;

@@ -8,11 +8,12 @@
  * is removed; an endpoint leaving while a sibling remains changes nothing.
  */
 import type { Clock } from "../../platform/clock.ts";
-import type { DeviceInfo, DevicePluginEndpoint } from "./endpoint.ts";
+import { DeviceList } from "./device-list.ts";
+import type { DevicePluginEndpoint } from "./endpoint.ts";
 
 export interface ResourceState {
   name: string;
-  devices: Map<string, DeviceInfo>;
+  devices: DeviceList;
   /** Live endpoints by socket, in connection order; the last is primary. */
   endpoints: Map<string, DevicePluginEndpoint>;
   /** When the last endpoint left (or the resource was restored without one); null while connected. */
@@ -90,7 +91,7 @@ export class ResourceTable {
   }
 
   /** A validated message from a live endpoint: the resource's complete list. */
-  update(endpoint: DevicePluginEndpoint, devices: Map<string, DeviceInfo>): boolean {
+  update(endpoint: DevicePluginEndpoint, devices: DeviceList): boolean {
     const state = this.#resources.get(endpoint.resource);
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
     state.devices = devices;
@@ -138,7 +139,7 @@ export class ResourceTable {
   #ensure(name: string): ResourceState {
     let state = this.#resources.get(name);
     if (!state) {
-      state = { name, devices: new Map(), endpoints: new Map(), stoppedAt: null, cancelGrace: null, lastError: null, version: 0 };
+      state = { name, devices: DeviceList.EMPTY, endpoints: new Map(), stoppedAt: null, cancelGrace: null, lastError: null, version: 0 };
       this.#resources.set(name, state);
     }
     return state;
@@ -146,7 +147,7 @@ export class ResourceTable {
 
   /** Every device unhealthy at once; removal after the grace period unless an endpoint returns. */
   #stop(state: ResourceState): void {
-    for (const device of state.devices.values()) device.healthy = false;
+    state.devices.health.fill(0);
     state.stoppedAt = this.#clock.now();
     state.version++;
     state.cancelGrace?.();
@@ -164,6 +165,7 @@ interface HealthyIds {
   version: number;
   inOrder: readonly string[];
   sorted: readonly string[] | null;
+  unhealthySorted: readonly string[] | null;
 }
 
 const healthyCache = new WeakMap<ResourceState, HealthyIds>();
@@ -171,9 +173,17 @@ const healthyCache = new WeakMap<ResourceState, HealthyIds>();
 function healthyEntry(state: ResourceState): HealthyIds {
   const cached = healthyCache.get(state);
   if (cached && cached.version === state.version) return cached;
-  const ids: string[] = [];
-  for (const device of state.devices.values()) if (device.healthy) ids.push(device.id);
-  const entry = { version: state.version, inOrder: Object.freeze(ids), sorted: null };
+  const { ids, health } = state.devices;
+  let inOrder: readonly string[];
+  if (health.indexOf(0) < 0) {
+    // Every device healthy, the usual case: the list's own frozen array.
+    inOrder = ids;
+  } else {
+    const healthy: string[] = [];
+    for (let i = 0; i < ids.length; i++) if (health[i] === 1) healthy.push(ids[i]!);
+    inOrder = Object.freeze(healthy);
+  }
+  const entry = { version: state.version, inOrder, sorted: null, unhealthySorted: null };
   healthyCache.set(state, entry);
   return entry;
 }
@@ -183,6 +193,8 @@ function healthyEntry(state: ResourceState): HealthyIds {
  * the resource: an allocation, the checkpoint (which keeps the encoding of
  * this very array, checkpoint-json.ts) and status all read the same frozen
  * array, so with 100,000 devices an allocation does not walk them again.
+ * With every device healthy it is the list's id array itself, which a list
+ * repeating the same ids shares, so the checkpoint's encoding of it is kept.
  */
 export function healthyIds(state: ResourceState): readonly string[] {
   return healthyEntry(state).inOrder;
@@ -191,6 +203,28 @@ export function healthyIds(state: ResourceState): readonly string[] {
 /** {@link healthyIds} sorted (UTF-16 order, as status lists them), built once per change. */
 export function sortedHealthyIds(state: ResourceState): readonly string[] {
   const entry = healthyEntry(state);
-  entry.sorted ??= Object.freeze([...entry.inOrder].sort());
+  entry.sorted ??= sortedWhere(state.devices, entry.inOrder.length, 1);
   return entry.sorted;
+}
+
+/** The unhealthy device ids of `state`, sorted, built once per change. */
+export function sortedUnhealthyIds(state: ResourceState): readonly string[] {
+  const entry = healthyEntry(state);
+  entry.unhealthySorted ??= sortedWhere(state.devices, state.devices.size - entry.inOrder.length, 0);
+  return entry.unhealthySorted;
+}
+
+/**
+ * The ids whose health byte is `health`, in the list's sorted order: the
+ * list's sorted array itself when that is all of them, else a filter of it
+ * by a set of whichever side is smaller (no sort again).
+ */
+function sortedWhere(list: DeviceList, count: number, health: number): readonly string[] {
+  if (count === 0) return NO_IDS;
+  if (count === list.size) return list.sorted;
+  const minority = count <= list.size - count ? health : 1 - health;
+  const few = new Set<string>();
+  for (let i = 0; i < list.size; i++) if (list.health[i] === minority) few.add(list.ids[i]!);
+  const wanted = minority === health;
+  return Object.freeze(list.sorted.filter((id) => few.has(id) === wanted));
 }

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { DeviceInfo } from "./endpoint.ts";
+import { DeviceList } from "./device-list.ts";
 import { chooseDevices, filterByAffinity, groupByNode, singleNodeHint } from "./topology.ts";
 
-function devicesOn(layout: Record<string, number[]>): Map<string, DeviceInfo> {
-  return new Map(Object.entries(layout).map(([id, numaNodes]) => [id, { id, healthy: true, numaNodes }]));
+function devicesOn(layout: Record<string, number[]>): DeviceList {
+  return DeviceList.of(Object.entries(layout).map(([id, numaNodes]) => ({ id, healthy: true, numaNodes })));
 }
 
 test("TestFilterByAffinity: with hint node 2, each device lands in one set by the first of its nodes in the sorted order", () => {
@@ -21,9 +21,9 @@ test("devices without topology go to the no-affinity set (the kubelet's fake nod
 
 test("the hint is the one node that can hold the whole request, the fullest one; none when no node can", () => {
   const devices = devicesOn({ a0: [0], b1: [1], c1: [1], d1: [1], e0: [0], f: [] });
-  assert.deepEqual(singleNodeHint(devices, devices.keys(), 2), [1]);
+  assert.deepEqual(singleNodeHint(devices, devices.ids, 2), [1]);
   assert.deepEqual(singleNodeHint(devices, ["a0", "e0", "b1"], 2), [0]);
-  assert.equal(singleNodeHint(devices, devices.keys(), 4), null);
+  assert.equal(singleNodeHint(devices, devices.ids, 4), null);
   assert.deepEqual(singleNodeHint(devicesOn({ x: [3], y: [1] }), ["x", "y"], 1), [1], "a tie goes to the lower node");
 });
 

@@ -7,7 +7,10 @@
  * its own (the one with most free devices), as a single-numa-node policy
  * would choose, or none.
  */
-import type { DeviceInfo } from "./endpoint.ts";
+/** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
+export interface DeviceNodes {
+  nodesOf(id: string): readonly number[];
+}
 
 /** The kubelet's fake NUMA node for devices without topology. */
 export const NO_NUMA_NODE = -1;
@@ -23,13 +26,13 @@ export interface AffinitySplit {
  * node order (hint nodes first, -1 last, then by how many devices a node
  * has, then by id), so each device lands in exactly one set.
  */
-export function filterByAffinity(devices: Map<string, DeviceInfo>, available: Iterable<string>, hint: number[] | null): AffinitySplit {
+export function filterByAffinity(devices: DeviceNodes, available: Iterable<string>, hint: number[] | null): AffinitySplit {
   const split: AffinitySplit = { aligned: [], unaligned: [], noAffinity: [] };
   const perNode = new Map<number, string[]>();
   /** Devices on more than one node, the only ones that can come up twice below. */
   const onSeveral = new Set<string>();
   for (const id of available) {
-    const nodes = devices.get(id)?.numaNodes ?? [];
+    const nodes = devices.nodesOf(id);
     if (nodes.length > 1) onSeveral.add(id);
     for (const node of nodes.length > 0 ? nodes : [NO_NUMA_NODE]) {
       let ids = perNode.get(node);
@@ -59,10 +62,10 @@ export function filterByAffinity(devices: Map<string, DeviceInfo>, available: It
 }
 
 /** The single NUMA node with the most available devices, when it can hold `count` alone; else null. */
-export function singleNodeHint(devices: Map<string, DeviceInfo>, available: Iterable<string>, count: number): number[] | null {
+export function singleNodeHint(devices: DeviceNodes, available: Iterable<string>, count: number): number[] | null {
   const perNode = new Map<number, number>();
   for (const id of available) {
-    for (const node of devices.get(id)?.numaNodes ?? []) perNode.set(node, (perNode.get(node) ?? 0) + 1);
+    for (const node of devices.nodesOf(id)) perNode.set(node, (perNode.get(node) ?? 0) + 1);
   }
   let best: number | null = null;
   for (const [node, free] of perNode) {
@@ -78,7 +81,7 @@ export function singleNodeHint(devices: Map<string, DeviceInfo>, available: Iter
  * Returns fewer than `count` only if the sets run short.
  */
 export async function chooseDevices(
-  devices: Map<string, DeviceInfo>,
+  devices: DeviceNodes,
   available: string[],
   count: number,
   preferred: ((available: string[], mustInclude: string[], size: number) => Promise<string[]>) | null,
@@ -113,10 +116,10 @@ export async function chooseDevices(
 }
 
 /** Groups device ids under each of their NUMA nodes (-1 when none), as the kubelet's checkpoint stores them. */
-export function groupByNode(devices: Map<string, DeviceInfo>, ids: string[]): Map<number, string[]> {
+export function groupByNode(devices: DeviceNodes, ids: string[]): Map<number, string[]> {
   const groups = new Map<number, string[]>();
   for (const id of ids) {
-    const nodes = devices.get(id)?.numaNodes ?? [];
+    const nodes = devices.nodesOf(id);
     for (const node of nodes.length > 0 ? nodes : [NO_NUMA_NODE]) {
       let list = groups.get(node);
       if (!list) groups.set(node, (list = []));
