@@ -8,7 +8,7 @@
 import { create } from "@bufbuild/protobuf";
 import type { StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
-import { agentRoutes } from "./api/agent-service.ts";
+import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
@@ -131,7 +131,8 @@ export class EdgeplugAgent {
         this.#api = await serveApiSocket({
           socketPath: api.socket,
           group: api.socketGroup,
-          routes: agentRoutes({ status: () => this.status(), events: this.events, devices: this.devices }),
+          routes: agentRoutes(this.#serviceDeps()),
+          binaryRoutes: binaryAgentRoutes(this.#serviceDeps()),
           log: this.#log,
           health: this.health,
           onLimit: (action) => this.metrics?.observeLimit("api", action),
@@ -234,6 +235,10 @@ export class EdgeplugAgent {
       this.metrics?.close();
     })();
     return this.#stopped;
+  }
+
+  #serviceDeps(): AgentServiceDeps {
+    return { status: () => this.status(), events: this.events, devices: this.devices };
   }
 
   /** Resource and allocation events for WatchEvents, built only while someone watches. */

@@ -7,10 +7,11 @@
  */
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { AllocateRequest, ReleaseRequest, StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
 import { allocateDevices, releaseDevices } from "./allocation-service.ts";
+import { AgentBinaryView, eventView, statusResponseView } from "./binary-answers.ts";
 import type { EventStream } from "./event-stream.ts";
 import { podResourcesRoutes } from "./pod-resources-service.ts";
 
@@ -23,20 +24,41 @@ export interface AgentServiceDeps {
 
 const NO_DEVICE_MANAGER = "allocation needs the device manager, which is not in this build";
 
+/** The routes for JSON calls (and any call when `binaryAgentRoutes` is not served beside them). */
 export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => void {
   return (router) => {
     if (deps.devices) podResourcesRoutes(deps.devices)(router);
     router.service(Agent, {
       status: () => deps.status(),
       watchEvents: (_request, context) => deps.events.subscribe(context.signal),
-      allocate: (request) => {
-        if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
-        return allocateDevices(deps.devices, request);
-      },
-      release: (request) => {
-        if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
-        return releaseDevices(deps.devices, request);
-      },
+      ...allocation(deps),
     });
+  };
+}
+
+/** The same for binary protobuf calls: Status and WatchEvents answer the views of binary-answers.ts, the same bytes. */
+export function binaryAgentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => void {
+  return (router) => {
+    if (deps.devices) podResourcesRoutes(deps.devices)(router);
+    router.service(AgentBinaryView, {
+      status: () => statusResponseView(deps.status()),
+      async *watchEvents(_request, context) {
+        for await (const event of deps.events.subscribe(context.signal)) yield eventView(event);
+      },
+      ...allocation(deps),
+    });
+  };
+}
+
+function allocation(deps: AgentServiceDeps) {
+  return {
+    allocate: (request: AllocateRequest) => {
+      if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      return allocateDevices(deps.devices, request);
+    },
+    release: (request: ReleaseRequest) => {
+      if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
+      return releaseDevices(deps.devices, request);
+    },
   };
 }

@@ -36,6 +36,12 @@ export { resolveGroupId } from "./socket-bind.ts";
 export interface ApiSocketOptions {
   socketPath: string;
   routes: (router: ConnectRouter) => void;
+  /**
+   * The same services for calls in the binary protobuf encoding (gRPC,
+   * Connect with application/proto), which may answer views of the same
+   * wire format (binary-answers.ts); default `routes`.
+   */
+  binaryRoutes?: (router: ConnectRouter) => void;
   /** Permissions of the socket file (default 0o660: owner and group may connect). */
   mode?: number;
   /** Group name (api.socketGroup) given to the socket file; null or absent keeps the agent's group. */
@@ -100,25 +106,28 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     return `rate limit exceeded (${rateLimiter.describe()}); retry later`;
   };
   const shutdown = new AbortController();
-  const handler = withPortableGrpcMessage(
-    connectNodeAdapter({
-      routes: options.routes,
-      grpc: true,
-      connect: true,
-      grpcWeb: false,
-      shutdownSignal: shutdown.signal,
-      // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
-      jsonOptions: { alwaysEmitImplicit: true },
-      readMaxBytes: limits.maxRequestBodyBytes,
-      contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)),
-      // Runs before the request body is read, so a refused call costs no parsing.
-      requestGate: (context) => {
-        if (!rateLimiter.admit(context.values.get(connectionKey))) {
-          throw new ConnectError(rateLimited(), Code.ResourceExhausted);
-        }
-      },
-    }),
-  );
+  const adapter = (routes: (router: ConnectRouter) => void) =>
+    withPortableGrpcMessage(
+      connectNodeAdapter({
+        routes,
+        grpc: true,
+        connect: true,
+        grpcWeb: false,
+        shutdownSignal: shutdown.signal,
+        // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
+        jsonOptions: { alwaysEmitImplicit: true },
+        readMaxBytes: limits.maxRequestBodyBytes,
+        contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)),
+        // Runs before the request body is read, so a refused call costs no parsing.
+        requestGate: (context) => {
+          if (!rateLimiter.admit(context.values.get(connectionKey))) {
+            throw new ConnectError(rateLimited(), Code.ResourceExhausted);
+          }
+        },
+      }),
+    );
+  const handler = adapter(options.routes);
+  const binaryHandler = options.binaryRoutes ? adapter(options.binaryRoutes) : handler;
   const calls = trackCalls((request, response) => {
     if (!guard.checkRequest(request, response)) return;
     if (options.health && isHealthPath(request)) {
@@ -132,7 +141,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       serveHealthRequest(options.health, request, response);
       return;
     }
-    handler(request, response);
+    (isBinaryProtobuf(request) ? binaryHandler : handler)(request, response);
   });
   const http1Server = http.createServer(calls.handle as http.RequestListener);
   const http2Server = http2.createServer({ settings: { maxConcurrentStreams: MAX_STREAMS_PER_SESSION } }, calls.handle);
@@ -198,6 +207,14 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
 /** HTTP/1.1: the socket; HTTP/2: the session, shared by the connection's streams. */
 function connectionOf(request: ServerRequest): object {
   return "stream" in request ? request.stream.session ?? request.stream : request.socket;
+}
+
+/** gRPC with protobuf (its default), Connect unary and streaming with protobuf: what the binary routes answer. */
+const BINARY_PROTOBUF = /^application\/(?:grpc|grpc\+proto|proto|connect\+proto)$/;
+
+function isBinaryProtobuf(request: ServerRequest): boolean {
+  const type = request.headers["content-type"];
+  return typeof type === "string" && BINARY_PROTOBUF.test(type.split(";", 1)[0]!.trim().toLowerCase());
 }
 
 function isHealthPath(request: ServerRequest): boolean {
