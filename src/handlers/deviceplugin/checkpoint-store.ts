@@ -59,6 +59,7 @@ export class CheckpointStore {
   #waiters: Waiter[] = [];
   #draining: Promise<void> | undefined;
   #tempSequence = 0;
+  #cleanup: Promise<void> | undefined;
   #writes = 0;
   #failures = 0;
 
@@ -121,9 +122,9 @@ export class CheckpointStore {
     return written;
   }
 
-  /** Resolves when no write is in flight or pending (e.g. before the agent exits). */
+  /** Resolves when no write is in flight or pending and every file a write opened is closed (e.g. before the agent exits). */
   async idle(): Promise<void> {
-    while (this.#draining !== undefined) await this.#draining;
+    while (this.#draining !== undefined || this.#cleanup !== undefined) await (this.#draining ?? this.#cleanup);
   }
 
   async #drain(): Promise<void> {
@@ -154,29 +155,57 @@ export class CheckpointStore {
     }
   }
 
+  /**
+   * Temporary file, fsync, rename, fsync of the directory, with nothing else
+   * on the way: the directory is opened while the file is written, and the
+   * file is closed while it is renamed (a rename does not need it closed).
+   * Closing the directory comes after; {@link idle} waits for it.
+   */
   async #writeAtomically(bytes: Uint8Array): Promise<void> {
     const temp = path.join(this.#directory, `${this.#tempPrefix}${process.pid}-${++this.#tempSequence}`);
-    let handle: fs.FileHandle;
+    let directory = openDirectory(this.#directory);
     try {
-      handle = await fs.open(temp, "wx", FILE_MODE);
-    } catch (error) {
-      if (errorCode(error) !== "ENOENT") throw error;
-      await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
-      handle = await fs.open(temp, "wx", FILE_MODE);
-    }
-    try {
+      let handle: fs.FileHandle;
       try {
-        await handle.writeFile(bytes);
-        await handle.sync();
-      } finally {
-        await handle.close();
+        handle = await fs.open(temp, "wx", FILE_MODE);
+      } catch (error) {
+        if (errorCode(error) !== "ENOENT") throw error;
+        await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+        directory = directory.then((opened) => opened, () => openDirectory(this.#directory));
+        handle = await fs.open(temp, "wx", FILE_MODE);
       }
-      await fs.rename(temp, this.path);
-    } catch (error) {
-      await fs.rm(temp, { force: true });
-      throw error;
+      let closed: Promise<void>;
+      try {
+        try {
+          await handle.writeFile(bytes);
+          await handle.sync();
+        } catch (error) {
+          await handle.close();
+          throw error;
+        }
+        closed = handle.close();
+        try {
+          await fs.rename(temp, this.path);
+        } finally {
+          await closed.catch(() => {});
+        }
+      } catch (error) {
+        await fs.rm(temp, { force: true });
+        throw error;
+      }
+      await Promise.all([(await directory).sync(), closed]);
+    } finally {
+      this.#afterWrite(directory.then((opened) => opened.close(), () => {}));
     }
-    await syncDirectory(this.#directory);
+  }
+
+  /** Work a write leaves behind (closing the directory), which {@link idle} waits for. */
+  #afterWrite(work: Promise<void>): void {
+    const previous = this.#cleanup;
+    const all: Promise<void> = Promise.all([previous, work.catch(() => {})]).then(() => {
+      if (this.#cleanup === all) this.#cleanup = undefined;
+    });
+    this.#cleanup = all;
   }
 
   /** Temporary files of processes that no longer run: a crash between create and rename leaves one. */
@@ -191,14 +220,11 @@ export class CheckpointStore {
   }
 }
 
-/** fsync of the directory makes the rename itself durable. */
-async function syncDirectory(directory: string): Promise<void> {
-  const handle = await fs.open(directory, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
+/** The directory, whose fsync makes the rename itself durable; a failure is seen where it is awaited. */
+function openDirectory(directory: string): Promise<fs.FileHandle> {
+  const opened = fs.open(directory, "r");
+  opened.catch(() => {});
+  return opened;
 }
 
 function isRunning(pid: number): boolean {
