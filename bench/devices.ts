@@ -12,7 +12,10 @@
  * encoded beforehand (support/raw-device-plugin.ts); the flooding plugin and
  * the registration plugins run in child processes of their own.
  *
- * Env: BENCH_DEVICES_TRIALS (list trials per size, default 8), BENCH_ALLOCATIONS (default 300).
+ * Env: BENCH_DEVICES_TRIALS (list trials per size, default 8), BENCH_ALLOCATIONS (default 300),
+ * BENCH_DEVICES_BASELINE (another build's executable: its agent runs beside
+ * this one, each list and allocation trial alternating between the two, so
+ * both meet the same load; the ratios current / baseline are reported).
  */
 import * as path from "node:path";
 import { requireBinary, shortTempDir } from "../test/support/agent-process.ts";
@@ -30,6 +33,23 @@ const RESOURCE = "bench.io/dev";
 const SIZES = [10_000, 100_000];
 const REFLECT_TIMEOUT_MS = 30_000;
 const TICKS_PER_SECOND = clockTicksPerSecond();
+const BASELINE = process.env.BENCH_DEVICES_BASELINE;
+
+/** One agent under measurement, with the bench's device plugin registered on it. */
+interface Subject {
+  label: "current" | "baseline";
+  agent: DevicesAgent;
+  plugin: RawDevicePlugin;
+}
+
+/** The subjects in turn, the order swapped on every other trial so neither always goes first. */
+function inTurn<T>(subjects: T[], trial: number): T[] {
+  return trial % 2 === 0 ? subjects : [...subjects].reverse();
+}
+
+function perSubject<T>(subjects: Subject[], make: () => T): Map<string, T> {
+  return new Map(subjects.map((subject) => [subject.label, make()]));
+}
 
 export const TARGETS = { reflected10kMs: 50, reflected100kMs: 500, checkpointWrite10kMs: 30, allocateP50Ms: 5, registrationP50Ms: 5 };
 
@@ -76,120 +96,173 @@ async function untilStatus(agent: DevicesAgent, plugin: RawDevicePlugin, list: B
  * between), then lists until a Status call shows them (no event reader), so
  * neither reader's decoding of 100,000 ids delays the other's measurement.
  */
-async function measureLists(agent: DevicesAgent, plugin: RawDevicePlugin) {
-  const rssBeforeKiB = residentKiB(agent.pid);
-  const results: Record<string, object> = {};
+async function measureLists(subjects: Subject[]) {
+  const rssBeforeKiB = perSubject(subjects, () => 0);
+  for (const { label, agent } of subjects) rssBeforeKiB.set(label, residentKiB(agent.pid));
+  const results = perSubject(subjects, () => ({}) as Record<string, object>);
   let generation = 0;
   const list = (count: number) => {
     const prefix = `s${count}g${generation++}-`;
     return { prefix, bytes: encodedList(count, prefix) };
   };
   for (const count of SIZES) {
-    progress(`${count} devices: ${TRIALS} trials until an event shows the list, ${TRIALS} until Status does (1 warm-up each)`);
-    const events: number[] = [];
-    const cpu: number[] = [];
-    const watcher = agent.watch();
+    progress(`${count} devices: ${TRIALS} trials until an event shows the list, ${TRIALS} until Status does (1 warm-up each)${subjects.length > 1 ? ", alternating between the agents" : ""}`);
+    const samples = perSubject(subjects, () => ({ events: [] as number[], cpu: [] as number[], status: [] as number[], messageBytes: 0 }));
+    const watchers = new Map(subjects.map((subject) => [subject.label, subject.agent.watch()]));
     for (let trial = 0; trial <= TRIALS; trial++) {
-      const { prefix, bytes } = list(count);
-      const ticks = cpuTicks(agent.pid);
-      const ms = await untilEvent(watcher, plugin, bytes, count, prefix);
-      // Its checkpoint write comes up to 100 ms later: counted too; then the plugin's list budget refills.
-      await settle(count);
-      if (trial === 0) continue;
-      events.push(ms);
-      cpu.push(((cpuTicks(agent.pid) - ticks) * 1000) / TICKS_PER_SECOND);
+      for (const { label, agent, plugin } of inTurn(subjects, trial)) {
+        const { prefix, bytes } = list(count);
+        const ticks = cpuTicks(agent.pid);
+        const ms = await untilEvent(watchers.get(label)!, plugin, bytes, count, prefix);
+        // Its checkpoint write comes up to 100 ms later: counted too; then the plugin's list budget refills.
+        await settle(count);
+        if (trial === 0) continue;
+        samples.get(label)!.events.push(ms);
+        samples.get(label)!.cpu.push(((cpuTicks(agent.pid) - ticks) * 1000) / TICKS_PER_SECOND);
+      }
     }
-    watcher.close();
-    const status: number[] = [];
-    let messageBytes = 0;
+    for (const watcher of watchers.values()) watcher.close();
     for (let trial = 0; trial <= TRIALS; trial++) {
-      const { prefix, bytes } = list(count);
-      messageBytes = bytes.length;
-      const ms = await untilStatus(agent, plugin, bytes, count, prefix);
-      await settle(count);
-      if (trial > 0) status.push(ms);
+      for (const { label, agent, plugin } of inTurn(subjects, trial)) {
+        const { prefix, bytes } = list(count);
+        samples.get(label)!.messageBytes = bytes.length;
+        const ms = await untilStatus(agent, plugin, bytes, count, prefix);
+        await settle(count);
+        if (trial > 0) samples.get(label)!.status.push(ms);
+      }
     }
-    const calls: number[] = [];
-    for (let i = 0; i < 10; i++) calls.push((await retried(() => agent.api().status({}))).ms);
-    results[`devices${count}`] = {
-      messageBytes,
-      untilWatchEventsShowsIt: summarize(events),
-      agentCpuMsPerList: summarize(cpu),
-      untilStatusShowsIt: summarize(status),
-      statusCallWhenUnchanged: summarize(calls),
-    };
+    const calls = perSubject(subjects, () => [] as number[]);
+    for (let i = 0; i < 10; i++) {
+      for (const { label, agent } of inTurn(subjects, i)) calls.get(label)!.push((await retried(() => agent.api().status({}))).ms);
+    }
+    for (const { label } of subjects) {
+      const taken = samples.get(label)!;
+      results.get(label)![`devices${count}`] = {
+        messageBytes: taken.messageBytes,
+        untilWatchEventsShowsIt: summarize(taken.events),
+        agentCpuMsPerList: summarize(taken.cpu),
+        untilStatusShowsIt: summarize(taken.status),
+        statusCallWhenUnchanged: summarize(calls.get(label)!),
+      };
+    }
   }
   // A quiet second, so that the RSS is the resident state, not the last list's garbage.
   await new Promise((resolve) => setTimeout(resolve, 1000));
-  return { ...results, rssKiB: { withTenDevices: rssBeforeKiB, with100000Devices: residentKiB(agent.pid) } };
+  return new Map(
+    subjects.map(({ label, agent }) => [label, { ...results.get(label)!, rssKiB: { withTenDevices: rssBeforeKiB.get(label)!, with100000Devices: residentKiB(agent.pid) } }]),
+  );
 }
 
 /** Sequential allocate/release pairs of one device, then 100 allocations at once (the socket's burst). */
-async function measureAllocations(agent: DevicesAgent, plugin: RawDevicePlugin, devices: number, allocations: number) {
+async function measureAllocations(subjects: Subject[], devices: number, allocations: number) {
   const prefix = `a${devices}-`;
-  await untilStatus(agent, plugin, encodedList(devices, prefix), devices, prefix);
-  const allocate: number[] = [];
-  const release: number[] = [];
-  const rateLimited = { count: 0 };
+  for (const { agent, plugin } of subjects) await untilStatus(agent, plugin, encodedList(devices, prefix), devices, prefix);
+  const allocate = perSubject(subjects, () => [] as number[]);
+  const release = perSubject(subjects, () => [] as number[]);
+  const rateLimited = perSubject(subjects, () => ({ count: 0 }));
   for (let i = -20; i < allocations; i++) {
-    const owner = `owner-${devices}-${i + 20}`;
-    const allocateMs = (await retried(() => agent.api().allocate({ owner, resources: [{ resource: RESOURCE, count: 1 }] }), rateLimited)).ms;
-    const releaseMs = (await retried(() => agent.api().release({ owner }), rateLimited)).ms;
-    if (i < 0) continue;
-    allocate.push(allocateMs);
-    release.push(releaseMs);
+    for (const { label, agent } of inTurn(subjects, i + 20)) {
+      const owner = `owner-${devices}-${i + 20}`;
+      const allocateMs = (await retried(() => agent.api().allocate({ owner, resources: [{ resource: RESOURCE, count: 1 }] }), rateLimited.get(label))).ms;
+      const releaseMs = (await retried(() => agent.api().release({ owner }), rateLimited.get(label))).ms;
+      if (i < 0) continue;
+      allocate.get(label)!.push(allocateMs);
+      release.get(label)!.push(releaseMs);
+    }
   }
-  await new Promise((resolve) => setTimeout(resolve, 200));
-  const burst = Math.min(100, devices);
-  const burstStart = performance.now();
-  await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().allocate({ owner: `burst-${devices}-${i}`, resources: [{ resource: RESOURCE, count: 1 }] })));
-  const burstMs = performance.now() - burstStart;
-  await new Promise((resolve) => setTimeout(resolve, 200));
-  await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().release({ owner: `burst-${devices}-${i}` })));
-  const allocateSummary = summarize(allocate);
-  return {
-    devicesRegistered: devices,
-    allocate: allocateSummary,
-    release: summarize(release),
-    sequentialAllocationsPerSecond: Math.round(1000 / allocateSummary.meanMs),
-    rateLimitedAttempts: rateLimited.count,
-    concurrent: { allocations: burst, totalMs: Math.round(burstMs), perSecond: Math.round((burst / burstMs) * 1000) },
-  };
+  const results = new Map<string, object>();
+  for (const { label, agent } of subjects) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const burst = Math.min(100, devices);
+    const burstStart = performance.now();
+    await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().allocate({ owner: `burst-${devices}-${i}`, resources: [{ resource: RESOURCE, count: 1 }] })));
+    const burstMs = performance.now() - burstStart;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await Promise.all(Array.from({ length: burst }, (_, i) => agent.api().release({ owner: `burst-${devices}-${i}` })));
+    const allocateSummary = summarize(allocate.get(label)!);
+    results.set(label, {
+      devicesRegistered: devices,
+      allocate: allocateSummary,
+      release: summarize(release.get(label)!),
+      sequentialAllocationsPerSecond: Math.round(1000 / allocateSummary.meanMs),
+      rateLimitedAttempts: rateLimited.get(label)!.count,
+      concurrent: { allocations: burst, totalMs: Math.round(burstMs), perSecond: Math.round((burst / burstMs) * 1000) },
+    });
+  }
+  return results;
 }
 
-export async function run(): Promise<object> {
-  requireBinary();
-  const { dir, cleanup } = shortTempDir("epd-");
-  let agent: DevicesAgent | null = null;
+/** current / baseline of each p50 (and RSS) the two agents were measured for, rounded to 0.01. */
+function ratios(current: unknown, baseline: unknown): unknown {
+  if (typeof current === "number" && typeof baseline === "number") return baseline === 0 ? null : Math.round((current / baseline) * 100) / 100;
+  if (Array.isArray(current) && Array.isArray(baseline)) return current.map((value, i) => ratios(value, baseline[i]));
+  if (typeof current !== "object" || current === null || typeof baseline !== "object" || baseline === null) return undefined;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(current)) {
+    if (["samples", "minMs", "p90Ms", "p99Ms", "maxMs", "meanMs", "messageBytes", "devicesRegistered", "allocations", "rateLimitedAttempts", "withTenDevices"].includes(key)) continue;
+    const ratio = ratios(value, (baseline as Record<string, unknown>)[key]);
+    if (ratio !== undefined) out[key] = ratio;
+  }
+  return out;
+}
+
+async function startSubject(label: Subject["label"], dir: string, binary?: string): Promise<Subject> {
+  progress(`starting the ${label} agent${binary ? ` (${binary})` : ""}`);
+  const agent = await startDevicesAgent(dir, binary);
   try {
-    progress("starting the agent");
-    agent = await startDevicesAgent(dir);
     const plugin = await startRawDevicePlugin({
       socketPath: path.join(path.dirname(agent.registrationSocket), "bench.sock"),
       registrationSocket: agent.registrationSocket,
       resource: RESOURCE,
       initial: encodedList(10, "start-"),
     });
+    return { label, agent, plugin };
+  } catch (error) {
+    await agent.stop();
+    throw error;
+  }
+}
+
+export async function run(): Promise<object> {
+  requireBinary();
+  const { dir, cleanup } = shortTempDir("epd-");
+  const subjects: Subject[] = [];
+  try {
+    subjects.push(await startSubject("current", path.join(dir, "c")));
+    if (BASELINE) subjects.push(await startSubject("baseline", path.join(dir, "b"), BASELINE));
+    const [current] = subjects as [Subject];
     try {
-      await untilStatus(agent, plugin, encodedList(10, "ten-"), 10, "ten-");
-      const lists = await measureLists(agent, plugin);
+      for (const { agent, plugin } of subjects) await untilStatus(agent, plugin, encodedList(10, "ten-"), 10, "ten-");
+      const lists = await measureLists(subjects);
       progress(`allocation: ${ALLOCATIONS} allocate/release pairs with 16, then 10,000 devices registered`);
-      const allocation = [await measureAllocations(agent, plugin, 16, ALLOCATIONS), await measureAllocations(agent, plugin, 10_000, Math.round(ALLOCATIONS / 3))];
+      const with16 = await measureAllocations(subjects, 16, ALLOCATIONS);
+      const with10k = await measureAllocations(subjects, 10_000, Math.round(ALLOCATIONS / 3));
+      const allocation = (label: string) => [with16.get(label)!, with10k.get(label)!];
+      if (BASELINE) {
+        const baseline = subjects[1]!;
+        const exitCodes = { current: await current.agent.stop(), baseline: await baseline.agent.stop() };
+        const both = {
+          current: { lists: lists.get("current"), allocation: allocation("current") },
+          baseline: { binary: BASELINE, lists: lists.get("baseline"), allocation: allocation("baseline") },
+        };
+        return { targets: TARGETS, paired: { ...both, currentOverBaseline: ratios(both.current, both.baseline) }, agentExitCodes: exitCodes };
+      }
       progress("checkpoint writes with 10,000 devices");
       const checkpoint = await measureCheckpointWrites(path.join(dir, "checkpoint-bench"));
       progress("a flooding plugin while others register");
-      await untilStatus(agent, plugin, encodedList(10, "idle-"), 10, "idle-");
-      const flood = await measureFlood(agent, dir);
-      const exitCode = await agent.stop();
-      return { targets: TARGETS, lists, allocation, checkpoint, flood, agentExitCode: exitCode };
+      await untilStatus(current.agent, current.plugin, encodedList(10, "idle-"), 10, "idle-");
+      const flood = await measureFlood(current.agent, path.join(dir, "c"));
+      const exitCode = await current.agent.stop();
+      return { targets: TARGETS, lists: lists.get("current"), allocation: allocation("current"), checkpoint, flood, agentExitCode: exitCode };
     } catch (error) {
-      process.stderr.write(`devices: failed; the agent's last log lines:\n${agent.process.stderr().slice(-3000)}\n`);
+      for (const { label, agent } of subjects) process.stderr.write(`devices: failed; the ${label} agent's last log lines:\n${agent.process.stderr().slice(-3000)}\n`);
       throw error;
-    } finally {
-      await plugin.stop();
     }
   } finally {
-    await agent?.stop();
+    for (const { agent, plugin } of subjects) {
+      await plugin.stop();
+      await agent.stop();
+    }
     cleanup();
   }
 }

@@ -38,7 +38,8 @@ export interface EventLog {
   close(): void;
 }
 
-export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
+/** `binary`: another build's executable (a paired run); default dist/edgeplug. */
+export async function startDevicesAgent(dir: string, binary?: string): Promise<DevicesAgent> {
   const registry = path.join(dir, "registry");
   const registrationSocket = path.join(dir, "dp", "kubelet.sock");
   const apiSocket = path.join(dir, "api.sock");
@@ -67,7 +68,7 @@ export async function startDevicesAgent(dir: string): Promise<DevicesAgent> {
   );
   // BENCH_DEVICES_NODE_OPTIONS: Node/V8 flags for the agent (the executable's debug switch), to compare runtime settings.
   const nodeOptions = process.env.BENCH_DEVICES_NODE_OPTIONS;
-  const agent = startEdgeplug([...(nodeOptions ? [`--node-options=${nodeOptions}`] : []), "run", "--config", policyPath]);
+  const agent = startEdgeplug([...(nodeOptions ? [`--node-options=${nodeOptions}`] : []), "run", "--config", policyPath], { binary });
   await agent.waitForLog("edgeplug running", 30_000).catch(async (error: unknown) => {
     agent.child.kill("SIGKILL");
     throw error;
