@@ -10,7 +10,7 @@
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { PluginManager } from "../pluginmanager/manager.ts";
-import type { RegisteredPlugin } from "../pluginmanager/state.ts";
+import type { RegisteredPlugin } from "../pluginmanager/state-of-world.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";

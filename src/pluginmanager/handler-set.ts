@@ -1,35 +1,23 @@
 /**
  * The handlers the policy declares, by plugin type, built from the
- * composition root's factories, and the one place the policy's type, name
- * and version rules are checked for every handler. A declared type this
- * build has no handler for stays in the set as unavailable, so that its
- * plugins are told why they are refused.
+ * composition root's factories, and the one place that picks a plugin's
+ * handler: by type, the watch directory's `types`, then the policy's name
+ * and version rules (src/policy/admission.ts). A declared type this build
+ * has no handler for stays in the set as unavailable, so that its plugins
+ * are told why they are refused.
  */
 import { isDeepStrictEqual } from "node:util";
 import type { Logger } from "../log/logger.ts";
-import { globMatch, nameAllowed } from "../policy/glob.ts";
+import { nameRefusal, versionRefusal } from "../policy/admission.ts";
 import type { HandlerPolicy, Policy } from "../policy/types.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
 import type { Refusal } from "./registration.ts";
 import type { HandlerContext, HandlerFactories, PluginHandler } from "./types.ts";
 import { isUnder } from "./watcher.ts";
 
-export interface AvailableHandler {
-  type: string;
-  policy: HandlerPolicy;
-  handler: PluginHandler;
-  unavailable?: undefined;
-}
-
-/** `unavailable` is what its plugins are told. */
-export interface UnavailableHandler {
-  type: string;
-  policy: HandlerPolicy;
-  handler?: undefined;
-  unavailable: string;
-}
-
-export type HandlerEntry = AvailableHandler | UnavailableHandler;
+/** A declared type's handler, or (`unavailable`: what its plugins are told) none in this build. */
+export type HandlerEntry = { type: string; policy: HandlerPolicy } & ({ handler: PluginHandler; unavailable?: undefined } | { handler?: undefined; unavailable: string });
+type AvailableHandler = Extract<HandlerEntry, { handler: PluginHandler }>;
 
 export class HandlerSet {
   readonly #entries = new Map<string, HandlerEntry>();
@@ -68,7 +56,7 @@ export function decideHandler(policy: Policy, handlers: HandlerSet, socket: stri
   if (!entry) {
     return { refusal: { reason: "no_handler", error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` } };
   }
-  if (entry.unavailable !== undefined) return { refusal: { reason: "handler_unavailable", error: entry.unavailable } };
+  if (!entry.handler) return { refusal: { reason: "handler_unavailable", error: entry.unavailable } };
   // The deepest watch directory holding the socket is the one it was found in.
   const dir = policy.watch.filter((watch) => isUnder(socket, watch.path)).sort((a, b) => b.path.length - a.path.length)[0];
   const error =
@@ -76,18 +64,4 @@ export function decideHandler(policy: Policy, handlers: HandlerSet, socket: stri
       ? `plugin type ${info.type} is not accepted from watch directory ${dir.path} (types ${JSON.stringify(dir.types)})`
       : (nameRefusal(entry.policy, info.name) ?? versionRefusal(entry.policy, info.versions));
   return error ? { refusal: { reason: "policy", error } } : { entry };
-}
-
-/** Why `allow`/`deny` refuse a plugin name (deny wins), or null. */
-export function nameRefusal(policy: HandlerPolicy, name: string): string | null {
-  if (nameAllowed(name, policy.allow, policy.deny)) return null;
-  const denied = policy.deny.find((pattern) => globMatch(pattern, name));
-  if (denied !== undefined) return `plugin name ${name} is denied by handler ${policy.type} (deny ${JSON.stringify(denied)})`;
-  return `plugin name ${name} is not allowed by handler ${policy.type} (allow ${JSON.stringify(policy.allow)})`;
-}
-
-/** Why none of the advertised versions is accepted, or null; `versions: null` accepts any. */
-export function versionRefusal(policy: HandlerPolicy, versions: readonly string[]): string | null {
-  if (policy.versions === null || versions.some((version) => policy.versions!.includes(version))) return null;
-  return `none of the plugin's versions ${JSON.stringify(versions)} is accepted by handler ${policy.type} (versions ${JSON.stringify(policy.versions)})`;
 }

@@ -7,11 +7,11 @@ import type { Logger } from "../log/logger.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { Policy } from "../policy/types.ts";
 import { HandlerSet } from "./handler-set.ts";
-import { OperationExecutor } from "./operations.ts";
+import { OperationExecutor } from "./operation-executor.ts";
 import { type AttemptReport, PluginStatusCache, type SettleOptions } from "./plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
 import type { RegistrationContext } from "./registration.ts";
-import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
 import { guarded, type HandlerFactories, type PluginChange, type PluginRecord } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
 

@@ -6,7 +6,7 @@
 import type { Logger } from "../log/logger.ts";
 import type { Clock } from "../platform/clock.ts";
 import type { AttemptOutcome } from "./registration.ts";
-import { type DesiredChange, type DesiredSocket, sortedBySocket } from "./state.ts";
+import { type DesiredChange, type DesiredSocket, sortedBySocket } from "./state-of-world.ts";
 import { type AttemptFailure, type AttemptState, type Failure, guarded, type PluginChange, type PluginRecord } from "./types.ts";
 
 /** One attempt that ended (aborted ones are not reported), for metrics. */

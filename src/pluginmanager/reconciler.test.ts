@@ -10,10 +10,10 @@ import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
-import { OperationExecutor } from "./operations.ts";
+import { OperationExecutor } from "./operation-executor.ts";
 import { PluginStatusCache } from "./plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
-import { ActualStateOfWorld, DesiredStateOfWorld, inodeOf } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
 import type { PluginHandler } from "./types.ts";
 
 const log = createLogger({ level: "error", format: "text" });

@@ -8,10 +8,10 @@
  * registered again after a backoff window.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
-import type { OperationExecutor, OperationOutcome } from "./operations.ts";
+import type { OperationExecutor, OperationOutcome } from "./operation-executor.ts";
 import type { PluginStatusCache } from "./plugin-status.ts";
 import { type RegistrationContext, registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
-import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state.ts";
+import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state-of-world.ts";
 import type { Failure, PluginRegistration } from "./types.ts";
 
 export interface ReconcilerOptions {
@@ -122,14 +122,14 @@ export class Reconciler {
     const plugin = this.#options.context.asw.get(lost.socket);
     if (plugin?.registration.name !== lost.name || plugin.registration.endpoint !== lost.endpoint) return;
     if (this.#options.executor.isRunning(lost.socket)) this.#lostWhileRunning.set(lost.socket, { lost, error });
-    else this.#markStale(plugin, { reason: "connection_lost", error }, "plugin connection lost");
+    else this.#deregister(plugin, "stale", { reason: "connection_lost", error }, "plugin connection lost");
   }
 
   /** The liveness dial was refused: ignored unless `plugin` is still what is registered there, with no operation running. */
   socketRefused(plugin: RegisteredPlugin): void {
     const { context, executor } = this.#options;
     if (!this.#running || context.asw.get(plugin.socket) !== plugin || executor.isRunning(plugin.socket)) return;
-    this.#markStale(plugin, staleSocket(plugin.socket), "plugin socket is stale");
+    this.#deregister(plugin, "stale", staleSocket(plugin.socket), "plugin socket is stale");
   }
 
   async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
@@ -148,19 +148,18 @@ export class Reconciler {
   }
 
   #deregisterIfRefused(plugin: RegisteredPlugin): void {
-    const { executor, context, status } = this.#options;
+    const { context } = this.#options;
     const refusal = registeredPluginRefusal(plugin, context.policy, context.handlers);
-    if (refusal === null) return;
-    unregisterPlugin(plugin, context.asw, context.log);
-    executor.resetBackoff(plugin.socket);
-    status.deregistered(plugin, "pending", refusal, "plugin deregistered: the policy now refuses it");
+    if (refusal) this.#deregister(plugin, "pending", refusal, "plugin deregistered: the policy now refuses it");
   }
 
-  #markStale(plugin: RegisteredPlugin, failure: Failure, message: string): void {
+  /** Out of the actual state outside an attempt: `stale` is retried after a backoff window, `pending` at once. */
+  #deregister(plugin: RegisteredPlugin, state: "stale" | "pending", failure: Failure, message: string): void {
     const { executor, context, status } = this.#options;
     unregisterPlugin(plugin, context.asw, context.log);
-    executor.backOff(plugin.socket);
-    status.deregistered(plugin, "stale", failure, message);
+    if (state === "stale") executor.backOff(plugin.socket);
+    else executor.resetBackoff(plugin.socket);
+    status.deregistered(plugin, state, failure, message);
   }
 
   #onDesiredChange(change: DesiredChange): void {

@@ -9,12 +9,13 @@ import * as fs from "node:fs";
 import type { Logger } from "../log/logger.ts";
 import type { Clock } from "../platform/clock.ts";
 import { systemClock } from "../platform/clock.ts";
+import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
 import { PLUGIN_INFO_LIMITS, pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "./registration-client.ts";
-import { type ActualStateOfWorld, type DesiredSocket, inodeOf, type RegisteredPlugin } from "./state.ts";
+import { type ActualStateOfWorld, type DesiredSocket, inodeOf, type RegisteredPlugin } from "./state-of-world.ts";
 import { type AttemptFailure, type Failure, messageOf } from "./types.ts";
 
 /** How one attempt ended; `info` is null until GetInfo answered. `aborted`: the socket went away or the manager is stopping. */
@@ -137,7 +138,7 @@ export function staleSocket(socket: string): Refusal {
 export function registeredPluginRefusal(plugin: RegisteredPlugin, policy: Policy, handlers: HandlerSet): Refusal | null {
   const stat = lstatOrNull(plugin.socket);
   // A socket gone or re-created is the watcher's to report.
-  const owner = stat && inodeOf(stat) === plugin.inode ? ownerRefusal(stat, policy) : null;
+  const owner = stat && inodeOf(stat) === plugin.inode ? socketOwnerRefusal(stat, policy) : null;
   if (owner) return owner;
   const decision = decideHandler(policy, handlers, plugin.socket, plugin.registration);
   return "refusal" in decision ? decision.refusal : null;
@@ -150,13 +151,12 @@ export function checkSocketFile(socket: string, policy: Policy, inode?: string):
   if (!stat) return missing(`socket ${socket} no longer exists`);
   if (!stat.isSocket()) return missing(`${socket} is not a unix socket`);
   if (inode !== undefined && inodeOf(stat) !== inode) return missing(`socket ${socket} was re-created during registration`);
-  return ownerRefusal(stat, policy);
+  return socketOwnerRefusal(stat, policy);
 }
 
-function ownerRefusal(stat: fs.BigIntStats, policy: Policy): Refusal | null {
-  const owners = policy.security.socketOwners;
-  if (owners.includes(Number(stat.uid))) return null;
-  return { reason: "socket_owner", error: `socket owned by uid ${stat.uid}, not in security.socketOwners ${JSON.stringify(owners)}` };
+function socketOwnerRefusal(stat: fs.BigIntStats, policy: Policy): Refusal | null {
+  const error = ownerRefusal(policy, Number(stat.uid));
+  return error === null ? null : { reason: "socket_owner", error };
 }
 
 function failed(refusal: Refusal, info: PluginInfoSummary | null): AttemptOutcome {

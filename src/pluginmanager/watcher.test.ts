@@ -4,7 +4,7 @@ import type * as net from "node:net";
 import * as path from "node:path";
 import { test } from "node:test";
 import { tempDir } from "../../test/support/temp-dir.ts";
-import { DesiredStateOfWorld } from "./state.ts";
+import { DesiredStateOfWorld } from "./state-of-world.ts";
 import { PluginWatcher } from "./watcher.ts";
 import { close, listen, paths, quietLog, startWatcher, until } from "../../test/support/watcher-harness.ts";
 

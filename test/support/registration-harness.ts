@@ -6,8 +6,8 @@ import * as fs from "node:fs";
 import { createLogger } from "../../src/log/logger.ts";
 import { HandlerSet } from "../../src/pluginmanager/handler-set.ts";
 import type { RegistrationContext } from "../../src/pluginmanager/registration.ts";
-import { ActualStateOfWorld, inodeOf } from "../../src/pluginmanager/state.ts";
-import type { DesiredSocket } from "../../src/pluginmanager/state.ts";
+import { ActualStateOfWorld, inodeOf } from "../../src/pluginmanager/state-of-world.ts";
+import type { DesiredSocket } from "../../src/pluginmanager/state-of-world.ts";
 import type { PluginHandler, PluginRegistration } from "../../src/pluginmanager/types.ts";
 import { testPolicy, type TestPolicyOptions } from "./policy.ts";
 

@@ -7,8 +7,8 @@ import type { TestContext } from "node:test";
 import type { Logger } from "../../src/log/logger.ts";
 import { createLogger } from "../../src/log/logger.ts";
 import type { WatchDir } from "../../src/policy/types.ts";
-import { DesiredStateOfWorld } from "../../src/pluginmanager/state.ts";
-import type { DesiredSocket } from "../../src/pluginmanager/state.ts";
+import { DesiredStateOfWorld } from "../../src/pluginmanager/state-of-world.ts";
+import type { DesiredSocket } from "../../src/pluginmanager/state-of-world.ts";
 import { PluginWatcher } from "../../src/pluginmanager/watcher.ts";
 import type { WatcherFileSystem } from "../../src/pluginmanager/watcher.ts";
 

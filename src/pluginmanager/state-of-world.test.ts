@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ActualStateOfWorld, DesiredStateOfWorld } from "./state.ts";
-import type { DesiredChange, RegisteredPlugin } from "./state.ts";
+import { ActualStateOfWorld, DesiredStateOfWorld } from "./state-of-world.ts";
+import type { DesiredChange, RegisteredPlugin } from "./state-of-world.ts";
 import type { PluginHandler } from "./types.ts";
 
 const noopHandler: PluginHandler = {

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Clock } from "../platform/clock.ts";
-import type { OperationOutcome } from "./operations.ts";
-import { OperationExecutor } from "./operations.ts";
+import type { OperationOutcome } from "./operation-executor.ts";
+import { OperationExecutor } from "./operation-executor.ts";
 import { manualClock } from "../../test/support/manual-clock.ts";
 
 /** A promise the test settles by hand. */
