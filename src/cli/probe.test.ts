@@ -5,13 +5,34 @@ import { leaveStaleSocket, sensor, startTestPlugin } from "../../test/support/fa
 import { testPolicy } from "../../test/support/policy.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { handlerFactories } from "../agent.ts";
+import { decisionOnlyFactories, HANDLER_KINDS } from "../handlers/handler-kinds.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { probePlugin } from "./probe.ts";
 
 function context(dir: string) {
   const policy = testPolicy({ watch: [dir], handlers: { "acme.io/Sensor": {} } });
-  return { policy, handlers: new HandlerSet(policy, handlerFactories(), { connectionLost() {} }) };
+  return { policy, handlers: new HandlerSet(policy, decisionOnlyFactories(), { connectionLost() {} }) };
 }
+
+test("probe: its handler set, built without any handler's code, decides every declared type as the agent's does", () => {
+  const policy = testPolicy({ watch: ["/r"], handlers: { DevicePlugin: {}, CSIPlugin: {}, DRAPlugin: {}, "acme.io/Sensor": {} } });
+  // A built-in type this build has no handler for (a policy from a newer edgeplug).
+  policy.handlers.set("PodResourcesPlugin", { type: "PodResourcesPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] });
+  const probes = new HandlerSet(policy, decisionOnlyFactories(), { connectionLost() {} });
+  const agents = new HandlerSet(policy, handlerFactories(), { connectionLost() {} });
+  const availability = (set: HandlerSet) => [...policy.handlers.keys()].map((type) => [type, set.get(type)?.unavailable ?? "available"]);
+  assert.deepEqual(availability(probes), availability(agents));
+  assert.deepEqual(availability(probes).filter(([, state]) => state === "available").length, HANDLER_KINDS.length);
+  assert.deepEqual(Object.keys(handlerFactories()).sort(), [...HANDLER_KINDS].sort());
+});
+
+test("probe: a handler from its set refuses to validate or register, so it can never stand in for the agent's", async () => {
+  const policy = testPolicy({ watch: ["/r"], handlers: { DevicePlugin: {} } });
+  const entry = new HandlerSet(policy, decisionOnlyFactories(), { connectionLost() {} }).get("DevicePlugin");
+  const plugin = { socket: "/r/p.sock", type: "DevicePlugin", name: "acme.io/gpu", endpoint: "/r/p.sock", versions: ["v1beta1"] };
+  await assert.rejects(entry!.handler!.validatePlugin(plugin, AbortSignal.abort()), /cannot validate or register/);
+  await assert.rejects(entry!.handler!.registerPlugin(plugin, AbortSignal.abort()), /cannot validate or register/);
+});
 
 test("probe: a good plugin's info and the handler that would take it; no notification sent", async (t) => {
   const dir = tempDir(t);

@@ -8,7 +8,7 @@ import path from "node:path";
 import { printable } from "../log/printable.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
-import { handlerFactories } from "../handlers/factories.ts";
+import { decisionOnlyFactories } from "../handlers/handler-kinds.ts";
 import { decideHandler, HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile } from "../pluginmanager/registration.ts";
 import { pluginInfoProblem, RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
@@ -60,7 +60,7 @@ export const probeCommand: Command = {
     installLightHeaders();
     const result: ProbeResult = ownerRefusal
       ? { socket, info: null, failure: null, error: null, handler: null, refusal: ownerRefusal }
-      : await probePlugin(socket, policy, new HandlerSet(policy, handlerFactories(), { connectionLost() {} }));
+      : await probePlugin(socket, policy, new HandlerSet(policy, decisionOnlyFactories(), { connectionLost() {} }));
     const report = probeReport(result, policy, watchDir, ownerRefusal !== null);
     io.stdout(output === "json" ? JSON.stringify(report, null, 2) + "\n" : probeToText(report));
     return report.answered ? EXIT_OK : EXIT_FAILURE;

@@ -4,9 +4,10 @@
  * as they land (a factory returning a view of a long-lived manager, so that
  * a policy reload does not lose its state).
  *
- * A module of its own, apart from the agent (src/agent.ts), so that commands
- * which only validate plugins (`probe`, `--reconcile-once`) load the handlers
- * without the API servers, metrics and event stream.
+ * A module of its own, apart from the agent (src/agent.ts), so that
+ * `--reconcile-once` loads the handlers without the API servers, metrics and
+ * event stream. `probe`, which registers nothing, loads none of this
+ * (handler-kinds.ts); the kinds here are exactly HANDLER_KINDS.
  *
  * @example
  * ```ts
@@ -14,13 +15,17 @@
  * ```
  */
 import { createLogger } from "../log/logger.ts";
-import type { HandlerFactories } from "../pluginmanager/types.ts";
+import type { HandlerFactory } from "../pluginmanager/types.ts";
 import { csiDraDrivers, type CsiDraDrivers } from "./csi-dra.ts";
 import { DeviceManager } from "./deviceplugin/manager.ts";
 import { GenericHandler } from "./generic.ts";
+import type { HandlerKind } from "./handler-kinds.ts";
 
 /** Handler factories over `devices` and `storage`; without them, over detached, in-memory ones. */
-export function handlerFactories(devices: DeviceManager = detachedDeviceManager(), storage: CsiDraDrivers = csiDraDrivers()): HandlerFactories {
+export function handlerFactories(
+  devices: DeviceManager = detachedDeviceManager(),
+  storage: CsiDraDrivers = csiDraDrivers(),
+): Readonly<Record<HandlerKind, HandlerFactory>> {
   return {
     generic: (policy) => new GenericHandler(policy),
     DevicePlugin: (policy, context) => devices.handler(policy, context),
