@@ -3,13 +3,16 @@
  * for one target (`--target linux-x64|linux-arm64`, default: this machine):
  *   1. esbuild bundles src/sea-main.ts into one CommonJS file (an ESM bundle
  *      breaks on @grpc/grpc-js-style dynamic requires; see runtime-notes.md),
- *      with the commit, target and runtime defined in;
- *   2. the SEA blob is made (configuration: scripts/sea-config.ts) by the
- *      target's own pinned Node binary (scripts/node-runtime.ts): natively,
- *      or for another architecture under qemu user emulation, so that its
- *      code cache is the target CPU's V8 code. Without qemu the blob is made
- *      by the host's Node of the same version with the code cache off (V8's
- *      code cache does not carry across architectures);
+ *      with the commit, target and runtime defined in, stored wrapped in a
+ *      function (src/platform/sea-bundle.ts), and src/sea-loader.ts, the
+ *      executable's main script, which runs it;
+ *   2. the target's own pinned Node binary (scripts/node-runtime.ts), natively
+ *      or for another architecture under qemu user emulation, runs the bundle's
+ *      short commands and makes V8's code cache of it (scripts/code-cache.ts),
+ *      then the SEA blob (configuration: scripts/sea-config.ts) with the
+ *      bundle and that cache as assets. Without qemu the blob is made by the
+ *      host's Node of the same version without a code cache (V8's code cache
+ *      does not carry across architectures);
  *   3. that target binary is copied, stripped (the target's binutils strip)
  *      and gets the blob injected with postject;
  *   4. the result runs `--version` (natively or under qemu), or, where it
@@ -24,6 +27,7 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
 import { nodeRuntime } from "./node-runtime.ts";
+import { BUNDLE_ASSET, CODE_CACHE_NAMES, codeCacheAsset, encodeBundle, wrapBundle } from "../src/platform/sea-bundle.ts";
 import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
 import {
   elfMachine,
@@ -98,6 +102,8 @@ async function main(): Promise<void> {
   const work = path.join(dist, `build-${target.name}`);
   fs.mkdirSync(work, { recursive: true });
   const bundleFile = path.join(work, "edgeplug.cjs");
+  const wrappedFile = path.join(work, "edgeplug.wrapped.cjs");
+  const loaderFile = path.join(work, "loader.cjs");
   const blobFile = path.join(work, "edgeplug.blob");
   const seaConfigFile = path.join(work, "sea-config.json");
   /** Built under another name and renamed at the end: an interrupted build never leaves a bare node called edgeplug. */
@@ -119,9 +125,7 @@ async function main(): Promise<void> {
 
   since = performance.now();
   const commit = shortCommit();
-  const result = await build({
-    entryPoints: [path.join(root, "src", "sea-main.ts")],
-    outfile: bundleFile,
+  const common = {
     bundle: true,
     platform: "node",
     format: "cjs",
@@ -129,26 +133,50 @@ async function main(): Promise<void> {
     // Minifying saves 0.3 MiB of a 104 MiB file and no measurable startup time
     // (code cache); readable stack traces from the field are worth more.
     minify: false,
-    define: {
-      EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit),
-      EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
-      EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
-      EDGEPLUG_BUILD_CODE_CACHE: JSON.stringify(blobMaker.useCodeCache),
-    },
     // An empty import.meta in the bundle is a silent bug (a guard on import.meta.main never fires).
     logOverride: { "empty-import-meta": "error" },
     logLevel: "warning",
-  });
-  if (result.warnings.length > 0) throw new Error(`esbuild reported ${result.warnings.length} warning(s)`);
+  } as const;
+  const results = await Promise.all([
+    build({
+      ...common,
+      entryPoints: [path.join(root, "src", "sea-main.ts")],
+      outfile: bundleFile,
+      define: {
+        EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit),
+        EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
+        EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
+      },
+    }),
+    build({ ...common, entryPoints: [path.join(root, "src", "sea-loader.ts")], outfile: loaderFile }),
+  ]);
+  const warnings = results.reduce((sum, result) => sum + result.warnings.length, 0);
+  if (warnings > 0) throw new Error(`esbuild reported ${warnings} warning(s)`);
+  fs.writeFileSync(wrappedFile, encodeBundle(wrapBundle(fs.readFileSync(bundleFile, "utf8"))));
   step("bundle", `${path.relative(root, bundleFile)} ${mib(fs.statSync(bundleFile).size)}, commit ${commit}`, since);
 
-  since = performance.now();
-  const config = seaConfig({ bundle: bundleFile, blob: blobFile, useCodeCache: blobMaker.useCodeCache });
-  fs.writeFileSync(seaConfigFile, JSON.stringify(config, null, 2) + "\n");
   const [maker, ...makerArgs] = blobMaker.command;
-  // The code cache is made under the same V8 flags as the executable runs with:
-  // V8 rejects a cache made under other flags (a warning on every start, and
-  // every function compiled from source).
+  const assets: Record<string, string> = { [BUNDLE_ASSET]: wrappedFile };
+  if (blobMaker.useCodeCache) {
+    since = performance.now();
+    const sizes: string[] = [];
+    for (const name of CODE_CACHE_NAMES) {
+      const file = path.join(work, codeCacheAsset(name));
+      fs.rmSync(file, { force: true });
+      // Made under the same V8 flags as the executable runs with: V8 rejects a
+      // cache made under other flags, and every function is compiled from source.
+      execFileSync(maker!, [...makerArgs, ...SEA_V8_FLAGS, path.join(root, "scripts", "code-cache.ts"), wrappedFile, name, file], {
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      assets[codeCacheAsset(name)] = file;
+      sizes.push(`${name} ${mib(fs.statSync(file).size)}`);
+    }
+    step("cache", `code caches after each group of commands ran: ${sizes.join(", ")}`, since);
+  }
+
+  since = performance.now();
+  const config = seaConfig({ main: loaderFile, assets, blob: blobFile, useCodeCache: blobMaker.useCodeCache });
+  fs.writeFileSync(seaConfigFile, JSON.stringify(config, null, 2) + "\n");
   execFileSync(maker!, [...makerArgs, ...SEA_V8_FLAGS, "--experimental-sea-config", seaConfigFile], { stdio: ["ignore", "pipe", "pipe"] });
   step("blob", `${path.relative(root, blobFile)} ${mib(fs.statSync(blobFile).size)} by ${blobMaker.how}`, since);
 
@@ -193,6 +221,12 @@ async function main(): Promise<void> {
     }
     // Anything on stderr here (e.g. "Code cache data rejected") would greet every user of every command.
     if (check.stderr !== "") throw new Error(`${path.relative(root, executable)} --version wrote to stderr: ${check.stderr}`);
+    if (blobMaker.useCodeCache) {
+      const verbose = runTargetBinary(runner, executable, ["version", "--verbose"]);
+      if (!verbose.stdout.split("\n").includes("code cache: on")) {
+        throw new Error(`${path.relative(root, executable)}: V8 did not take the bundle's code cache (version --verbose: ${verbose.stdout}${verbose.stderr})`);
+      }
+    }
     step("check", `${line}${runner.prefix.length > 0 ? ` (${runner.description})` : ""}`, since);
   }
   note(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);

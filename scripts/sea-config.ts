@@ -34,11 +34,15 @@ export const SEA_V8_FLAGS: readonly string[] = ["--max-semi-space-size=2", "--op
  */
 export const SEA_EXEC_ARGV_EXTENSION = "cli";
 
-/** The configuration file's content for one target's blob. */
-export function seaConfig(options: { bundle: string; blob: string; useCodeCache: boolean }): Record<string, unknown> {
+/**
+ * The configuration file's content for one target's blob: `main` is the
+ * loader (src/sea-loader.ts), `assets` the wrapped bundle and its code cache.
+ */
+export function seaConfig(options: { main: string; assets: Record<string, string>; blob: string; useCodeCache: boolean }): Record<string, unknown> {
   return {
-    main: options.bundle,
+    main: options.main,
     output: options.blob,
+    assets: options.assets,
     disableExperimentalSEAWarning: true,
     // The code cache is V8 code for the CPU that makes the blob: only valid when
     // the blob is made by the target's own node binary (natively or under qemu).

@@ -1,5 +1,6 @@
 /**
- * Entry of the single executable's CommonJS bundle (scripts/build.ts). A
+ * Entry of the single executable's CommonJS bundle (scripts/build.ts), which
+ * src/sea-loader.ts runs. A
  * CommonJS bundle rejects top-level await and sees an empty `import.meta`,
  * so this file uses neither: a `import.meta.main` guard would make the
  * executable silently do nothing. Inside the SEA, process.argv[1] repeats
@@ -7,6 +8,9 @@
  */
 import process from "node:process";
 import { runAsProcess } from "./cli/entry.ts";
+
+/** For scripts/code-cache.ts: it runs commands through main so that their code is compiled before it makes the code cache. */
+export { main } from "./cli/cli.ts";
 
 // The executable ignores NODE_OPTIONS and SIGUSR1 (its SEA configuration); only the
 // debug switch `--node-options=...` as first argument can open an inspector. A root

@@ -33,11 +33,14 @@ export function versionLine(): string {
   return `edgeplug ${EDGEPLUG_VERSION} ${runtimeName()} ${runtimeVersion()} ${platform} ${buildCommit()}`;
 }
 
+/** `on` is the line scripts/build.ts and the tests look for. */
+const CODE_CACHE_TEXT = { accepted: "on", absent: "off", rejected: "rejected by V8 (other V8 flags than the build's)" } as const;
+
 /** The --verbose lines about the build: target, embedded runtime package, code cache. */
 function buildLines(): string[] {
   const build = executableBuild();
   if (build === null) return [`target: none (from source, running on ${platformTag()})`];
-  return [`target: ${build.target}`, `runtime package: ${build.runtimePackage}`, `code cache: ${build.codeCache ? "on" : "off"}`];
+  return [`target: ${build.target}`, `runtime package: ${build.runtimePackage}`, `code cache: ${CODE_CACHE_TEXT[build.codeCache]}`];
 }
 
 export const versionCommand: Command = {

