@@ -1,13 +1,15 @@
 /**
  * A WHATWG `Headers` for the commands that call the agent (status, allocate,
- * release) or a plugin (probe), installed in their process before Connect runs.
+ * release) or a plugin (probe), and for the agent itself (run), installed in
+ * their process before Connect runs.
  *
  * Why: Connect builds every request's and response's metadata with the global
  * `Headers`. Node defines that global lazily, and its first touch loads the
  * bundled undici, which itself loads http2, tls, crypto and zlib: about 50 ms
- * of a command that should answer in 100 (README, "The single executable").
- * These commands never call fetch, so nothing else needs undici (probe still
- * loads http2 for its gRPC dial, but no longer undici itself).
+ * of a command that should answer in 100 (README, "The single executable"),
+ * and 4.7 MB of the agent's resident memory (README, "Memory"). None of these
+ * processes calls fetch, so nothing else needs undici (probe and the agent
+ * still load http2 for gRPC, but no longer undici itself).
  *
  * The class follows the Fetch standard's Headers for everything Connect and
  * this code do with it: case-insensitive names, `append` combining values

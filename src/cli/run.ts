@@ -17,6 +17,7 @@ import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
+import { installLightHeaders } from "./light-headers.ts";
 import { reconcileOnce } from "./reconcile-once.ts";
 
 const usage = `Usage: edgeplug [run] [--config PATH]
@@ -73,6 +74,9 @@ export const runCommand: Command = {
       strict: values.strict === true,
     };
     const output = outputFlag("run", values.output);
+    // Before any Connect code runs: Node's own Headers would load undici, 4.7 MB of
+    // the agent's resident memory for a class Connect only builds metadata with.
+    installLightHeaders();
     const policy = await loadPolicy(values.config, once ? output : "text", io);
     io.log.configure(policy.log);
     if (expectations.expect !== null && expectations.expect > policy.security.maxPlugins) {
