@@ -101,9 +101,12 @@ export class DeviceList {
 
   /** The NUMA nodes of the device at `index` (empty without topology). */
   nodesAt(index: number): readonly number[] {
-    const several = this.#several?.get(index);
-    if (several !== undefined) return several;
-    const node = this.#nodes?.[index] ?? NO_NODE;
+    if (this.#several !== null) {
+      const several = this.#several.get(index);
+      if (several !== undefined) return several;
+    }
+    if (this.#nodes === null) return NO_NODES;
+    const node = this.#nodes[index]!;
     return node === NO_NODE ? NO_NODES : singleNode(node);
   }
 
@@ -335,15 +338,12 @@ function lengthDelimited(reader: BinaryReader, field: number, wireType: number):
 }
 
 /** Devices on one node share its list: 100,000 devices on a few nodes need a few arrays, not 100,000. */
-const SINGLE_NODES = new Map<number, readonly number[]>();
+const SINGLE_NODES_KEPT = 1024;
+const SINGLE_NODES: (readonly number[] | undefined)[] = new Array<undefined>(SINGLE_NODES_KEPT).fill(undefined);
 
 function singleNode(id: number): readonly number[] {
-  let single = SINGLE_NODES.get(id);
-  if (!single) {
-    single = Object.freeze([id]);
-    if (SINGLE_NODES.size < 1024) SINGLE_NODES.set(id, single);
-  }
-  return single;
+  if (id < 0 || id >= SINGLE_NODES_KEPT) return Object.freeze([id]);
+  return (SINGLE_NODES[id] ??= Object.freeze([id]));
 }
 
 function withNode(nodes: readonly number[], id: number): readonly number[] {
