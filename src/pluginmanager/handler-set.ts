@@ -16,7 +16,10 @@ import type { HandlerContext, HandlerFactories, PluginHandler } from "./types.ts
 import { isUnder } from "./watcher.ts";
 
 /** A declared type's handler, or (`unavailable`: what its plugins are told) none in this build. */
-export type HandlerEntry = { type: string; policy: HandlerPolicy } & ({ handler: PluginHandler; unavailable?: undefined } | { handler?: undefined; unavailable: string });
+export type HandlerEntry = { type: string; policy: HandlerPolicy } & (
+  | { handler: PluginHandler; unavailable?: undefined }
+  | { handler?: undefined; unavailable: string }
+);
 type AvailableHandler = Extract<HandlerEntry, { handler: PluginHandler }>;
 
 export class HandlerSet {
