@@ -29,6 +29,7 @@ import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import type { Clock } from "./platform/clock.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
+import { PluginStatusCache } from "./api/plugin-status.ts";
 import { LivenessDial } from "./liveness/dial.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
@@ -57,6 +58,8 @@ const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
 
 export class EdgeplugAgent {
   readonly manager: PluginManager;
+  /** The per-socket records behind status, events and metrics, fed by the manager. */
+  readonly pluginStatus: PluginStatusCache;
   readonly devices: DeviceManager;
   readonly #csiDra: CsiDraDrivers;
   readonly events: EventStream;
@@ -85,7 +88,7 @@ export class EdgeplugAgent {
       policy.api.metrics === null
         ? null
         : createMetrics({
-            plugins: () => this.manager.plugins(),
+            plugins: () => this.pluginStatus.plugins(),
             resources: () => this.devices.resources(),
             allocations: () => this.devices.allocations(),
             build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
@@ -97,16 +100,17 @@ export class EdgeplugAgent {
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
     });
     this.#csiDra = csiDraDrivers(log, policy.reconcile.timeouts.dialMs);
+    this.pluginStatus = new PluginStatusCache({ log });
     this.manager = new PluginManager({
       policy,
       log,
-      observer: this.#observer(),
+      observers: [this.#observer(), this.pluginStatus],
       handlers: handlerFactories(this.devices, this.#csiDra),
       clock: options.clock,
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status());
-    this.manager.subscribe(({ plugin, removed }) =>
+    this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
         value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin, csiDraDetails(this.#csiDra, plugin)), removed }),
@@ -181,7 +185,7 @@ export class EdgeplugAgent {
   status(): StatusResponse {
     return buildStatus({
       node: this.#policy.nodeName,
-      plugins: this.manager.plugins(),
+      plugins: this.pluginStatus.plugins(),
       details: (record) => csiDraDetails(this.#csiDra, record),
       resources: this.devices.resources(),
       allocations: this.devices.allocations(),

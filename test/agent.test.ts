@@ -155,7 +155,7 @@ test("/readyz turns ready only once the initial walk is done", async (t) => {
   fs.mkdirSync(harness.registry, { recursive: true });
   await startTestPlugin(t, { socketPath: path.join(harness.registry, "early.sock"), info: sensor });
   let duringWalk: Verdict | undefined;
-  harness.agent.manager.subscribe(() => (duringWalk ??= harness.agent.health.readiness()));
+  harness.agent.pluginStatus.subscribe(() => (duringWalk ??= harness.agent.health.readiness()));
   await harness.agent.start();
   assert.deepEqual(
     duringWalk?.checks.map((check) => [check.name, check.ok]),
@@ -204,6 +204,6 @@ test("a reload that declares a handler registers the plugin that was waiting for
   agent.applyPolicy({ ...policy, handlers: testPolicy({ watch: [registry] }).handlers });
   const accepted = await waiting.waitForNotify((n) => n.registered);
   assert.equal(accepted.error, "");
-  assert.equal(await agent.manager.whenSettled({ signal: AbortSignal.timeout(5000) }), true);
+  assert.equal(await agent.pluginStatus.whenSettled({ signal: AbortSignal.timeout(5000) }), true);
   assert.equal(agent.status().plugins[0]!.state, "registered");
 });

@@ -67,8 +67,8 @@ test("watched directory: ValidatePlugin refuses another version or an invalid re
   const badVersion = await startFakeDevicePlugin({ socketPath: path.join(registry, "v.sock"), devices: [], watchedAs: { name: "acme.io/a", versions: ["v1alpha"] } });
   const badName = await startFakeDevicePlugin({ socketPath: path.join(registry, "n.sock"), devices: [], watchedAs: { name: "gpu" } });
   t.after(() => Promise.all([badVersion.stop(), badName.stop()]).then(() => {}));
-  const errorOf = (socket: string) => agent.manager.plugins().find((p) => p.socket === socket)?.error ?? "";
-  await waitForDeviceState({ subscribe: (l) => agent.manager.subscribe(l) }, "both refused", () => errorOf(badVersion.socketPath) !== "" && errorOf(badName.socketPath) !== "");
+  const errorOf = (socket: string) => agent.pluginStatus.plugins().find((p) => p.socket === socket)?.error ?? "";
+  await waitForDeviceState({ subscribe: (l) => agent.pluginStatus.subscribe(l) }, "both refused", () => errorOf(badVersion.socketPath) !== "" && errorOf(badName.socketPath) !== "");
   assert.match(errorOf(badVersion.socketPath), /manager version, v1beta1, is not among plugin supported versions \[v1alpha\]/);
   assert.match(errorOf(badName.socketPath), /invalid name of device plugin socket: the ResourceName "gpu" is invalid/);
 });
@@ -98,7 +98,7 @@ test("a policy reload that still accepts DevicePlugin neither drops nor re-dials
   const handlers = new Map(policy.handlers);
   handlers.set("DevicePlugin", { ...handlers.get("DevicePlugin")!, deny: ["acme.io/never"] });
   agent.applyPolicy({ ...policy, handlers });
-  await agent.manager.whenSettled({ predicate: (plugins) => plugins.every((p) => p.state === "registered"), signal: AbortSignal.timeout(5000) });
+  await agent.pluginStatus.whenSettled({ predicate: (plugins) => plugins.every((p) => p.state === "registered"), signal: AbortSignal.timeout(5000) });
   assert.equal(plugin.streams(), 1, "the same ListAndWatch stream");
   assert.equal(agent.devices.resource("acme.io/gpu")?.connected, true);
   plugin.endStreams();

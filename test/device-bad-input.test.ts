@@ -78,9 +78,9 @@ test("watched directory: an endpoint elsewhere is dialled as the kubelet does; a
   const agent = new EdgeplugAgent({ policy, log: quiet });
   t.after(() => agent.stop());
   await agent.start();
-  const errorOf = (socket: string) => agent.manager.plugins().find((p) => p.socket === socket)?.error ?? "";
-  const stateOf = (socket: string) => agent.manager.plugins().find((p) => p.socket === socket)?.state;
-  const settled = (socket: string) => waitForDeviceState({ subscribe: (l) => agent.manager.subscribe(l) }, `${socket} settled`, () => ["registered", "failed"].includes(stateOf(socket) ?? ""));
+  const errorOf = (socket: string) => agent.pluginStatus.plugins().find((p) => p.socket === socket)?.error ?? "";
+  const stateOf = (socket: string) => agent.pluginStatus.plugins().find((p) => p.socket === socket)?.state;
+  const settled = (socket: string) => waitForDeviceState({ subscribe: (l) => agent.pluginStatus.subscribe(l) }, `${socket} settled`, () => ["registered", "failed"].includes(stateOf(socket) ?? ""));
 
   // A plugin whose DevicePlugin socket lives in its own directory, outside the watched one.
   fs.mkdirSync(path.join(dir, "vendor"));

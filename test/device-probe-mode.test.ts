@@ -40,7 +40,7 @@ test("probe mode: a second socket with the same devices keeps them, a third with
   await waitForDeviceState(agent.devices, "1/1", () => agent.devices.resource(R)?.capacity === 1);
   assert.deepEqual(counts(), [1, 1]);
   assert.deepEqual(agent.devices.resource(R)?.healthy, ["other"]);
-  assert.equal(agent.manager.plugins().filter((p) => p.state === "registered").length, 3);
+  assert.equal(agent.pluginStatus.plugins().filter((p) => p.state === "registered").length, 3);
   assert.equal(second.streams(), 1, "the earlier instances stay connected");
 
   await Promise.all([agent.stop(), agent.stop()]);

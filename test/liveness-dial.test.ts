@@ -41,25 +41,25 @@ async function livenessManager(t: TestContext, dir: string, livenessMs: number, 
 
 test("liveness on: a registration-only plugin killed with kill -9 becomes stale at the next dial, with one event and one log line, then is retried with backoff", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes, clock, logs } = await livenessManager(t, dir, 30_000);
+  const { manager, status, changes, clock, logs } = await livenessManager(t, dir, 30_000);
   const plugin = await spawnListening(t, path.join(dir, "p.sock"), "acme.io/p");
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   await operationsEnded();
   await plugin.kill();
-  assert.equal(manager.plugins()[0]!.state, "registered", "nothing notices before the next dial");
+  assert.equal(status.plugins()[0]!.state, "registered", "nothing notices before the next dial");
 
   const before = changes.length;
   clock.advance(30_000);
-  await until(manager, (plugins) => plugins[0]?.state === "stale", "stale after the liveness dial");
-  const stale = manager.plugins()[0]!;
+  await until(status, (plugins) => plugins[0]?.state === "stale", "stale after the liveness dial");
+  const stale = status.plugins()[0]!;
   assert.deepEqual([stale.reason, stale.registeredAt], ["stale", null]);
   assert.match(stale.error!, /connection refused \(stale socket: no plugin is listening\)/);
   assert.deepEqual(changes.slice(before).map((change) => change.plugin.state), ["stale"], "one event");
 
   // The backoff window ends: the socket is retried, refuses again, and stays stale without another warning.
   clock.advance(1000);
-  await until(manager, (plugins) => plugins[0]!.attempts === 2, "retried once the backoff window closed");
-  assert.equal(manager.plugins()[0]!.state, "stale");
+  await until(status, (plugins) => plugins[0]!.attempts === 2, "retried once the backoff window closed");
+  assert.equal(status.plugins()[0]!.state, "stale");
   assert.deepEqual(changes.slice(before).map((change) => change.plugin.state), ["stale"], "still one event");
   assert.equal(logs.filter((line) => line.msg === "plugin socket is stale").length, 1, "logged once");
 });
@@ -70,8 +70,8 @@ test("liveness dials are connect-only: a live plugin sees one GetInfo and one No
   // timer, then this one) before the manager's walk finds it.
   const fake = await startTestPlugin(t, { socketPath: path.join(dir, "p.sock"), info: sensor("acme.io/p"), listenDelayMs: 0 });
   await new Promise((resolve) => setTimeout(resolve, 0));
-  const { manager, clock } = await livenessManager(t, dir, 10_000);
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+  const { manager, status, clock } = await livenessManager(t, dir, 10_000);
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   await operationsEnded();
   for (let pass = 0; pass < 5; pass++) {
     clock.advance(10_000);
@@ -80,7 +80,7 @@ test("liveness dials are connect-only: a live plugin sees one GetInfo and one No
     await waitUntil(() => clock.pendingTimers() === 2, `pass ${pass + 1} to end`);
   }
   assert.deepEqual([fake.getInfoCalls(), fake.notifications().length], [1, 1]);
-  assert.equal(manager.plugins()[0]!.state, "registered");
+  assert.equal(status.plugins()[0]!.state, "registered");
 });
 
 test("liveness off (the default), and plugins whose handler watches its connection: a killed plugin stays registered", async (t) => {
@@ -89,12 +89,12 @@ test("liveness off (the default), and plugins whose handler watches its connecti
   const watchingFactories = { generic: () => watchingHandler };
   for (const [livenessMs, handlers] of [[0, undefined], [10_000, watchingFactories]] as const) {
     const sub = path.join(dir, String(livenessMs));
-    const { manager, clock } = await livenessManager(t, sub, livenessMs, handlers);
+    const { manager, status, clock } = await livenessManager(t, sub, livenessMs, handlers);
     const plugin = await spawnListening(t, path.join(sub, "p.sock"), "acme.io/p");
-    await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+    await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
     await plugin.kill();
     clock.advance(3_600_000);
     assert.equal(clock.pendingTimers(), 1, "only the resync timer: no liveness pass is due");
-    assert.equal(manager.plugins()[0]!.state, "registered", `liveness ${livenessMs} ms`);
+    assert.equal(status.plugins()[0]!.state, "registered", `liveness ${livenessMs} ms`);
   }
 });

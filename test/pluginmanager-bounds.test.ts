@@ -18,7 +18,7 @@ const MiB = 1024 * 1024;
 
 test("each bound: one byte past it is refused naming the field, exactly at it is registered", async (t) => {
   const dir = tempDir(t);
-  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, [`acme.io/${"T".repeat(PLUGIN_INFO_LIMITS.typeBytes - 8)}`]: {} } });
+  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, [`acme.io/${"T".repeat(PLUGIN_INFO_LIMITS.typeBytes - 8)}`]: {} } });
   const limits = PLUGIN_INFO_LIMITS;
   const longType = `acme.io/${"T".repeat(limits.typeBytes - 8)}`;
   const cases = {
@@ -38,7 +38,7 @@ test("each bound: one byte past it is refused naming the field, exactly at it is
   for (const [label, info] of Object.entries(cases)) {
     fakes.set(label, await startTestPlugin(t, { socketPath: path.join(dir, `${label.replaceAll(" ", "-")}.sock`), info }));
   }
-  await until(manager, (plugins) => plugins.length === 6 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
+  await until(status, (plugins) => plugins.length === 6 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
   const expected: Record<string, RegExp> = {
     name: /PluginInfo\.name is 318 bytes, more than 317/,
     type: /PluginInfo\.type is 318 bytes, more than 317/,
@@ -48,37 +48,37 @@ test("each bound: one byte past it is refused naming the field, exactly at it is
   };
   for (const [label, pattern] of Object.entries(expected)) {
     const fake = fakes.get(label)!;
-    const refused = record(manager, fake.socketPath)!;
+    const refused = record(status, fake.socketPath)!;
     assert.deepEqual([refused.state, refused.reason, refused.name, refused.versions], ["failed", "invalid_info", null, []], label);
     assert.match(refused.error!, pattern, label);
     const told = await fake.waitForNotify();
     assert.deepEqual([told.registered, told.error], [false, refused.error], `${label}: the plugin is told why`);
   }
-  const atBounds = record(manager, fakes.get("at every bound")!.socketPath)!;
+  const atBounds = record(status, fakes.get("at every bound")!.socketPath)!;
   assert.deepEqual([atBounds.state, atBounds.name?.length, atBounds.versions.length], ["registered", limits.nameBytes, limits.versions]);
 });
 
 test("a 15 MiB name and 100k versions are not read: refused at once, told why, and the agent keeps registering and reporting", async (t) => {
   const dir = tempDir(t);
   // grpc-js takes a while to encode 15 MiB on a loaded machine: the deadline must not be what ends the attempt.
-  const { manager } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
+  const { manager, status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
   const huge = await startTestPlugin(t, { socketPath: path.join(dir, "huge-name.sock"), info: { type: "acme.io/Sensor", name: "x".repeat(15 * MiB) } });
   const many = await startTestPlugin(t, {
     socketPath: path.join(dir, "many-versions.sock"),
     info: { type: "acme.io/Sensor", name: "acme.io/many", versions: Array.from({ length: 100_000 }, (_, i) => `v${i}`) },
   });
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
-  await until(manager, (plugins) => plugins.length === 3 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
+  await until(status, (plugins) => plugins.length === 3 && plugins.every((p) => p.state !== "pending"), "every attempt ended");
   for (const fake of [huge, many]) {
-    const refused = record(manager, fake.socketPath)!;
+    const refused = record(status, fake.socketPath)!;
     assert.deepEqual([refused.state, refused.reason, refused.name], ["failed", "invalid_info", null]);
     assert.match(refused.error!, /invalid plugin info: the GetInfo answer at socket .* is larger than 64 KiB/);
     assert.equal((await fake.waitForNotify()).error, refused.error, "told on the same connection");
   }
-  assert.equal(record(manager, good.socketPath)!.state, "registered");
-  const status = buildStatus({ node: "n", plugins: manager.plugins() });
-  assert.ok(statusToText(status).length < 4096, "the text status stays small");
-  assert.ok(JSON.stringify(statusToJson(status)).length < 4096);
+  assert.equal(record(status, good.socketPath)!.state, "registered");
+  const shown = buildStatus({ node: "n", plugins: status.plugins() });
+  assert.ok(statusToText(shown).length < 4096, "the text status stays small");
+  assert.ok(JSON.stringify(statusToJson(shown)).length < 4096);
 });
 
 test("dist/edgeplug: with a 15 MiB name and 100k versions around, `status` answers at once and names the refusal", async (t) => {

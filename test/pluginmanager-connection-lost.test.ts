@@ -38,21 +38,21 @@ test("connectionLost: the plugin is stale at once with the reason, deregistered,
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { calls, factories, lose } = connectionHandler();
-  const { manager, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 20, maxMs: 20 } }, { handlers: factories });
+  const { manager, status, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 20, maxMs: 20 } }, { handlers: factories });
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/p") });
   await fake.waitForNotify();
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
 
   const before = changes.length;
   lose(socket, "ListAndWatch stream ended");
   // At once, or as soon as the registration's operation has ended.
-  await until(manager, () => changes.length > before, "an event");
+  await until(status, () => changes.length > before, "an event");
   const stale = changes[before]!.plugin;
   assert.equal(stale.state, "stale");
   assert.equal(stale.error, "ListAndWatch stream ended");
   assert.deepEqual(calls.slice(0, 3), ["validate acme.io/p", "register acme.io/p", "deregister acme.io/p"]);
 
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered again");
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered again");
   assert.deepEqual(calls.slice(3), ["validate acme.io/p", "register acme.io/p"]);
   assert.equal((await fake.waitForNotify()).registered, true);
 });
@@ -61,13 +61,13 @@ test("connectionLost for a plugin the manager does not hold (never registered, o
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { factories, lose, held } = connectionHandler();
-  const { manager } = await startManager(t, { watch: [dir] }, { handlers: factories });
+  const { manager, status } = await startManager(t, { watch: [dir] }, { handlers: factories });
   await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/p") });
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   const plugin = held.get(socket)!;
   held.set(socket, { ...plugin, endpoint: "/elsewhere.sock" });
   lose(socket, "another instance");
   held.set(path.join(dir, "unknown.sock"), { ...plugin, socket: path.join(dir, "unknown.sock") });
   lose(path.join(dir, "unknown.sock"), "unknown");
-  assert.equal(manager.plugins()[0]!.state, "registered");
+  assert.equal(status.plugins()[0]!.state, "registered");
 });

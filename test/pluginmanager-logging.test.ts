@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
 import { createLogger } from "../src/log/logger.ts";
+import { PluginStatusCache } from "../src/api/plugin-status.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
 import { startTestPlugin } from "./support/fake-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
@@ -19,11 +20,12 @@ test("outcomes are logged once each, and resyncs that change nothing log nothing
   const log = createLogger({ level: "debug", format: "json", write: (line) => void logs.push(JSON.parse(line)) });
   let passes = 0;
   let onPass = () => {};
+  const status = new PluginStatusCache({ log });
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], resyncMs: 10, handlers: ["acme.io/Sensor"] }),
     log,
     handlers: handlerFactories(),
-    observer: { heartbeat: () => (passes++, onPass()) },
+    observers: [{ heartbeat: () => (passes++, onPass()) }, status],
   });
   t.after(() => manager.stop());
   await manager.start();
@@ -37,7 +39,7 @@ test("outcomes are logged once each, and resyncs that change nothing log nothing
   });
   await good.waitForNotify();
   await refused.waitForNotify();
-  await manager.whenSettled({ predicate: (plugins) => plugins.every((p) => p.state !== "pending") });
+  await status.whenSettled({ predicate: (plugins) => plugins.every((p) => p.state !== "pending") });
 
   const registered = logs.filter((record) => record.msg === "plugin registered");
   assert.deepEqual(

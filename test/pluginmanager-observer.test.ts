@@ -8,6 +8,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { handlerFactories } from "../src/handlers/factories.ts";
 import { createLogger } from "../src/log/logger.ts";
+import { PluginStatusCache } from "../src/api/plugin-status.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
 import type { AttemptReport } from "../src/pluginmanager/manager.ts";
 import { leaveStaleSocket, sensor, startTestPlugin } from "./support/fake-plugin.ts";
@@ -42,11 +43,12 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const dir = tempDir(t);
   const attempts: AttemptReport[] = [];
   const clock = manualClock(Date.now());
+  const status = new PluginStatusCache({ log: quietLog });
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], timeouts: { getInfoMs: 30_000 } }),
     log: quietLog,
     handlers: handlerFactories(),
-    observer: { attemptEnded: (attempt) => attempts.push(attempt) },
+    observers: [{ attemptEnded: (attempt) => attempts.push(attempt) }, status],
     clock,
   });
   t.after(() => manager.stop());
@@ -55,14 +57,14 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const hang = await startTestPlugin(t, { socketPath: path.join(dir, "hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
   await manager.start();
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
-  await until(manager, () => stateOf(manager, good.socketPath) === "registered", "registered");
+  await until(status, () => stateOf(status, good.socketPath) === "registered", "registered");
   // The stale socket's only attempt spans the 100 ms in which it might still start listening.
   clock.advance(100);
-  await until(manager, () => stateOf(manager, stale) === "stale", "stale");
+  await until(status, () => stateOf(status, stale) === "stale", "stale");
   await hang.waitForGetInfo();
   // Removing the hanging plugin's socket aborts its attempt.
   await hang.stop();
-  await until(manager, (plugins) => !plugins.some((p) => p.socket === hang.socketPath), "the hanging socket removed");
+  await until(status, (plugins) => !plugins.some((p) => p.socket === hang.socketPath), "the hanging socket removed");
   // stop() waits for the aborted attempt to end.
   await manager.stop();
 
@@ -80,12 +82,12 @@ test("log lines: one per outcome, with socket, type, name and state; a reason on
   const dir = tempDir(t);
   const lines: Record<string, unknown>[] = [];
   const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
-  const { manager } = await startManager(t, { watch: [dir] }, { log: jsonLog });
+  const { manager, status } = await startManager(t, { watch: [dir] }, { log: jsonLog });
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
   const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
   await good.waitForNotify();
   await unknown.waitForNotify();
-  await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
+  await until(status, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
   const registered = lines.filter((line) => line.msg === "plugin registered");
   assert.deepEqual(registered.map(({ socket, type, name, state, attempts, reason }) => ({ socket, type, name, state, attempts, reason })), [
     { socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", attempts: 1, reason: undefined },

@@ -26,9 +26,9 @@ test("a socket owned by a uid outside security.socketOwners is failed naming the
     format: "json",
     write: (line) => JSON.parse(line).attempts >= 3 && retried(),
   });
-  const { manager } = await startManager(t, { watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }, { log });
+  const { manager, status } = await startManager(t, { watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }, { log });
   await threeAttempts;
-  const failed = record(manager, socket)!;
+  const failed = record(status, socket)!;
   assert.equal(failed.state, "failed");
   assert.equal(failed.error, "socket owned by uid 4242, not in security.socketOwners [0]");
   assert.equal(fake.getInfoCalls(), 0, "the plugin was never asked anything");
@@ -39,7 +39,7 @@ test("a directory's types: a type it does not list is refused there and accepted
   const dir = tempDir(t);
   const devicesOnly = path.join(dir, "devices");
   const any = path.join(dir, "any");
-  const { manager } = await startManager(t, {
+  const { manager, status } = await startManager(t, {
     watch: [{ path: devicesOnly, types: ["DevicePlugin"] }, { path: any }],
     handlers: { "acme.io/Sensor": {}, DevicePlugin: {} },
   });
@@ -49,34 +49,34 @@ test("a directory's types: a type it does not list is refused there and accepted
   const refusal = await refused.waitForNotify();
   assert.deepEqual([refusal.registered, refusal.error], [false, expected]);
   assert.equal((await accepted.waitForNotify()).registered, true);
-  await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
-  assert.equal(record(manager, refused.socketPath)!.error, expected);
-  assert.equal(record(manager, accepted.socketPath)!.state, "registered");
+  await until(status, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
+  assert.equal(record(status, refused.socketPath)!.error, expected);
+  assert.equal(record(status, accepted.socketPath)!.state, "registered");
 });
 
 test("allow and deny: names outside allow or matching deny are refused and told why; deny wins", async (t) => {
   const dir = tempDir(t);
-  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
+  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
   const ok = await startTestPlugin(t, { socketPath: path.join(dir, "ok.sock"), info: sensor("acme.io/ok") });
   const beta = await startTestPlugin(t, { socketPath: path.join(dir, "beta.sock"), info: sensor("acme.io/x-beta") });
   const other = await startTestPlugin(t, { socketPath: path.join(dir, "other.sock"), info: sensor("other.io/y") });
   assert.equal((await ok.waitForNotify()).registered, true);
   assert.equal((await beta.waitForNotify()).error, `plugin name acme.io/x-beta is denied by handler acme.io/Sensor (deny "*-beta")`);
   assert.equal((await other.waitForNotify()).error, `plugin name other.io/y is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`);
-  await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "all attempted");
-  assert.deepEqual(manager.plugins().map((p) => [path.basename(p.socket), p.state]), [["beta.sock", "failed"], ["ok.sock", "registered"], ["other.sock", "failed"]]);
+  await until(status, (plugins) => plugins.every((p) => p.state !== "pending"), "all attempted");
+  assert.deepEqual(status.plugins().map((p) => [path.basename(p.socket), p.state]), [["beta.sock", "failed"], ["ok.sock", "registered"], ["other.sock", "failed"]]);
 });
 
 test("maxPlugins: of five sockets arriving at once with a limit of two, exactly two register; a freed slot is taken by a retry", async (t) => {
   const dir = tempDir(t);
-  const { manager } = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
+  const { manager, status } = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
   const fakes: FakePlugin[] = [];
   for (let i = 0; i < 5; i++) fakes.push(await startTestPlugin(t, { socketPath: path.join(dir, `.p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
   // All five appear in the same tick.
   for (let i = 0; i < 5; i++) fs.renameSync(path.join(dir, `.p${i}.sock`), path.join(dir, `p${i}.sock`));
-  await until(manager, (plugins) => plugins.length === 5 && plugins.every((p) => p.state !== "pending"), "five attempted");
-  const registered = manager.plugins().filter((p) => p.state === "registered");
-  const failed = manager.plugins().filter((p) => p.state === "failed");
+  await until(status, (plugins) => plugins.length === 5 && plugins.every((p) => p.state !== "pending"), "five attempted");
+  const registered = status.plugins().filter((p) => p.state === "registered");
+  const failed = status.plugins().filter((p) => p.state === "failed");
   assert.equal(registered.length, 2);
   assert.equal(failed.length, 3);
   for (const p of failed) assert.equal(p.error, "maxPlugins limit of 2 reached");
@@ -84,21 +84,21 @@ test("maxPlugins: of five sockets arriving at once with a limit of two, exactly 
   const leaving = fakes.findIndex((f) => f.notifications().some((n) => n.registered));
   await fakes[leaving]!.stop();
   fs.unlinkSync(path.join(dir, `p${leaving}.sock`));
-  await until(manager, (plugins) => plugins.length === 4 && plugins.filter((p) => p.state === "registered").length === 2, "a retry took the freed slot");
-  assert.equal(manager.plugins().filter((p) => p.state === "failed").length, 2);
+  await until(status, (plugins) => plugins.length === 4 && plugins.filter((p) => p.state === "registered").length === 2, "a retry took the freed slot");
+  assert.equal(status.plugins().filter((p) => p.state === "failed").length, 2);
 });
 
 test("an undeclared type and a built-in type not in this build are failed; the unavailable handler is logged once", async (t) => {
   const dir = tempDir(t);
   const lines: string[] = [];
   const log = createLogger({ level: "info", format: "json", write: (line) => lines.push(line) });
-  const { manager } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log, without: ["DRAPlugin"] });
+  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log, without: ["DRAPlugin"] });
   const gpus = [];
   for (let i = 0; i < 3; i++) gpus.push(await startTestPlugin(t, { socketPath: path.join(dir, `gpu${i}.sock`), info: { type: "DRAPlugin", name: "acme.io/gpu", versions: ["v1.DRAPlugin"] } }));
   const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
   for (const gpu of gpus) assert.equal((await gpu.waitForNotify()).error, "handler DRAPlugin is not available in this build");
   assert.equal((await unknown.waitForNotify()).error, `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${unknown.socketPath}`);
-  await until(manager, (plugins) => plugins.every((p) => p.state === "failed"), "all failed");
+  await until(status, (plugins) => plugins.every((p) => p.state === "failed"), "all failed");
   const unavailable = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "handler not available in this build");
   assert.deepEqual(unavailable.map((entry) => [entry.level, entry.type]), [["warn", "DRAPlugin"]]);
   const failures = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "plugin registration failed" && entry.socket === unknown.socketPath);

@@ -11,7 +11,7 @@ import { test } from "node:test";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { PluginManager } from "../src/pluginmanager/manager.ts";
-import type { PluginChange } from "../src/pluginmanager/types.ts";
+import type { PluginChange, PluginStatusCache } from "../src/api/plugin-status.ts";
 import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";
 import { heartbeatCounter, record, startManager, until } from "./support/manager-harness.ts";
@@ -21,7 +21,7 @@ import { tempDir } from "./support/temp-dir.ts";
 
 const HOUR = { initialMs: 3_600_000, maxMs: 3_600_000 };
 
-const stateIs = (manager: PluginManager, socket: string, state: string) => () => record(manager, socket)?.state === state;
+const stateIs = (status: PluginStatusCache, socket: string, state: string) => () => record(status, socket)?.state === state;
 const other = (name: string) => ({ type: "acme.io/Other", name, versions: ["v1"] });
 /** The states a socket went through, as subscribers saw them. */
 const statesOf = (changes: PluginChange[], socket: string) =>
@@ -30,16 +30,16 @@ const notified = (fake: FakePlugin) => fake.notifications().map((n) => n.registe
 
 test("a handler type added by a reload: a plugin refused for want of it registers at once; a plugin still accepted is not touched", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR });
+  const { manager, status, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR });
   const kept = await startTestPlugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
   const waiting = await startTestPlugin(t, { socketPath: path.join(dir, "waiting.sock"), info: other("acme.io/waiting") });
   assert.match((await waiting.waitForNotify()).error, /no handler registered for plugin type: acme.io\/Other/);
-  await until(manager, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
+  await until(status, (plugins) => plugins.every((p) => p.state !== "pending"), "both attempted");
   const sensorHandler = manager.handlers.get("acme.io/Sensor")!.handler;
 
   manager.applyPolicy(testPolicy({ watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR }));
   assert.equal((await waiting.waitForNotify((n) => n.registered)).registered, true);
-  await until(manager, stateIs(manager, waiting.socketPath, "registered"), "the waiting plugin registered");
+  await until(status, stateIs(status, waiting.socketPath, "registered"), "the waiting plugin registered");
   assert.deepEqual(statesOf(changes, waiting.socketPath), ["pending", "failed", "registered"]);
   assert.deepEqual(statesOf(changes, kept.socketPath), ["pending", "registered"]);
   assert.deepEqual(notified(kept), [true], "no second notification");
@@ -50,18 +50,18 @@ test("a handler type added by a reload: a plugin refused for want of it register
 
 test("a handler type removed by a reload: its plugins are deregistered, then fail naming why and are told; others are not touched", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+  const { manager, status, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
   const kept = await startTestPlugin(t, { socketPath: path.join(dir, "kept.sock"), info: sensor("acme.io/kept") });
   const dropped = await startTestPlugin(t, { socketPath: path.join(dir, "dropped.sock"), info: other("acme.io/dropped") });
-  await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
+  await until(status, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
   const otherHandler = manager.handlers.get("acme.io/Other")!.handler as GenericHandler;
   assert.equal(otherHandler.plugins().length, 1);
 
   manager.applyPolicy(testPolicy({ watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR }));
   const expected = `RegisterPlugin error -- no handler registered for plugin type: acme.io/Other at socket ${dropped.socketPath}`;
   assert.equal((await dropped.waitForNotify((n) => !n.registered)).error, expected);
-  await until(manager, stateIs(manager, dropped.socketPath, "failed"), "the dropped plugin failed");
-  assert.equal(record(manager, dropped.socketPath)!.error, expected);
+  await until(status, stateIs(status, dropped.socketPath, "failed"), "the dropped plugin failed");
+  assert.equal(record(status, dropped.socketPath)!.error, expected);
   assert.deepEqual(otherHandler.plugins(), [], "its handler was told");
   assert.deepEqual(statesOf(changes, dropped.socketPath), ["pending", "registered", "pending", "failed"]);
   assert.deepEqual(statesOf(changes, kept.socketPath), ["pending", "registered"]);
@@ -72,7 +72,7 @@ test("watch dirs: one added by a reload is created and its sockets register; one
   const dir = tempDir(t);
   const [a, b] = [path.join(dir, "a"), path.join(dir, "b")];
   fs.mkdirSync(b);
-  const { manager, changes } = await startManager(t, { watch: [a], backoff: HOUR });
+  const { manager, status, changes } = await startManager(t, { watch: [a], backoff: HOUR });
   const inB = await startTestPlugin(t, { socketPath: path.join(b, "b.sock"), info: sensor("acme.io/b") });
   const generic = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
   const added = path.join(dir, "new", "registry");
@@ -82,10 +82,10 @@ test("watch dirs: one added by a reload is created and its sockets register; one
   assert.ok(fs.statSync(added).isDirectory(), "the added dir was created");
   const inAdded = await startTestPlugin(t, { socketPath: path.join(added, "n.sock"), info: sensor("acme.io/n") });
   assert.equal((await inAdded.waitForNotify()).registered, true, "the added dir is watched");
-  await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
+  await until(status, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
 
   manager.applyPolicy(testPolicy({ watch: [a, added], backoff: HOUR }));
-  assert.deepEqual(manager.plugins().map((p) => p.socket), [inAdded.socketPath], "b's plugin left the list at once");
+  assert.deepEqual(status.plugins().map((p) => p.socket), [inAdded.socketPath], "b's plugin left the list at once");
   assert.deepEqual(generic.plugins().map((p) => p.socket), [inAdded.socketPath], "and was deregistered");
   assert.deepEqual(statesOf(changes, inB.socketPath), ["pending", "registered", "registered (removed)"]);
   assert.deepEqual([inB.getInfoCalls(), notified(inB)], [1, [true]], "never dialled for it");
@@ -93,20 +93,20 @@ test("watch dirs: one added by a reload is created and its sockets register; one
   await startTestPlugin(t, { socketPath: path.join(b, "late.sock"), info: sensor("acme.io/late") });
   const marker = await startTestPlugin(t, { socketPath: path.join(a, "marker.sock"), info: sensor("acme.io/marker") });
   await marker.waitForNotify();
-  assert.ok(!manager.plugins().some((p) => p.socket.startsWith(b)));
+  assert.ok(!status.plugins().some((p) => p.socket.startsWith(b)));
 });
 
 test("security.socketOwners tightened: a plugin whose socket uid 4242 owns is deregistered and failed, and never dialled again", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], socketOwners: [0, 4242], backoff: HOUR });
+  const { manager, status, changes } = await startManager(t, { watch: [dir], socketOwners: [0, 4242], backoff: HOUR });
   const foreign = await startTestPlugin(t, { socketPath: path.join(dir, "foreign.sock"), info: sensor("acme.io/foreign") });
   const own = await startTestPlugin(t, { socketPath: path.join(dir, "own.sock"), info: sensor("acme.io/own") });
   fs.chownSync(foreign.socketPath, 4242, 4242);
-  await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
+  await until(status, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "both registered");
 
   manager.applyPolicy(testPolicy({ watch: [dir], socketOwners: [0], backoff: HOUR }));
-  await until(manager, stateIs(manager, foreign.socketPath, "failed"), "the foreign plugin failed");
-  assert.equal(record(manager, foreign.socketPath)!.error, "socket owned by uid 4242, not in security.socketOwners [0]");
+  await until(status, stateIs(status, foreign.socketPath, "failed"), "the foreign plugin failed");
+  assert.equal(record(status, foreign.socketPath)!.error, "socket owned by uid 4242, not in security.socketOwners [0]");
   assert.deepEqual(statesOf(changes, foreign.socketPath), ["pending", "registered", "pending", "failed"]);
   assert.deepEqual([foreign.getInfoCalls(), notified(foreign)], [1, [true]], "a socket refused for its owner is never dialled");
   assert.deepEqual((manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler).plugins().map((p) => p.socket), [own.socketPath]);
@@ -123,14 +123,14 @@ const refusals: [string, FakePluginOptions["info"], (dir: string) => Partial<Tes
 for (const [what, info, policy, reason] of refusals) {
   test(`a registered plugin is deregistered and told why when, after a reload, ${what}`, async (t) => {
     const dir = tempDir(t);
-    const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+    const { manager, status, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
     const fake = await startTestPlugin(t, { socketPath: path.join(dir, "p.sock"), info });
     await fake.waitForNotify();
     const before = manager.handlers.get("acme.io/Sensor")!.handler as GenericHandler;
     manager.applyPolicy(testPolicy({ watch: [dir], backoff: HOUR, ...policy(dir) }));
     assert.equal((await fake.waitForNotify((n) => !n.registered)).error, reason(dir));
-    await until(manager, stateIs(manager, fake.socketPath, "failed"), "failed");
-    assert.equal(record(manager, fake.socketPath)!.error, reason(dir));
+    await until(status, stateIs(status, fake.socketPath, "failed"), "failed");
+    assert.equal(record(status, fake.socketPath)!.error, reason(dir));
     assert.deepEqual(statesOf(changes, fake.socketPath), ["pending", "registered", "pending", "failed"]);
     assert.deepEqual(before.plugins(), [], "the handler that took it was told");
   });
@@ -138,40 +138,40 @@ for (const [what, info, policy, reason] of refusals) {
 
 test("a registration in flight during a reload is decided again under the new policy when it ends", async (t) => {
   const dir = tempDir(t);
-  const { manager, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
+  const { manager, status, changes } = await startManager(t, { watch: [dir], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR });
   const slow = await startTestPlugin(t, { socketPath: path.join(dir, "slow.sock"), info: other("acme.io/slow"), getInfoDelayMs: 30 });
   await slow.waitForGetInfo();
   manager.applyPolicy(testPolicy({ watch: [dir], handlers: ["acme.io/Sensor"], backoff: HOUR }));
-  await until(manager, stateIs(manager, slow.socketPath, "failed"), "failed under the new policy");
+  await until(status, stateIs(status, slow.socketPath, "failed"), "failed under the new policy");
   assert.deepEqual(notified(slow), [true, false], "registered under the old policy, then refused under the new one");
   assert.deepEqual(statesOf(changes, slow.socketPath), ["pending", "registered", "pending", "failed"]);
 });
 
 test("maxPlugins lowered below the registered count keeps the registered plugins and refuses new ones", async (t) => {
   const dir = tempDir(t);
-  const { manager } = await startManager(t, { watch: [dir], maxPlugins: 3, backoff: HOUR });
+  const { manager, status } = await startManager(t, { watch: [dir], maxPlugins: 3, backoff: HOUR });
   const registered = [];
   for (let i = 0; i < 2; i++) registered.push(await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
-  await until(manager, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
+  await until(status, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
   manager.applyPolicy(testPolicy({ watch: [dir], maxPlugins: 1, backoff: HOUR }));
   const late = await startTestPlugin(t, { socketPath: path.join(dir, "late.sock"), info: sensor("acme.io/late") });
   assert.equal((await late.waitForNotify()).error, "maxPlugins limit of 1 reached");
-  await until(manager, stateIs(manager, late.socketPath, "failed"), "the late plugin failed");
-  assert.deepEqual(manager.plugins().map((p) => [path.basename(p.socket), p.state]), [["late.sock", "failed"], ["p0.sock", "registered"], ["p1.sock", "registered"]]);
+  await until(status, stateIs(status, late.socketPath, "failed"), "the late plugin failed");
+  assert.deepEqual(status.plugins().map((p) => [path.basename(p.socket), p.state]), [["late.sock", "failed"], ["p0.sock", "registered"], ["p1.sock", "registered"]]);
   for (const fake of registered) assert.deepEqual(notified(fake), [true]);
 });
 
 test("reconcile settings: a new backoff applies to the next attempts; a new resync period re-arms the timer", async (t) => {
   const dir = tempDir(t);
   const heartbeats = heartbeatCounter();
-  const { manager } = await startManager(t, { watch: [dir], backoff: HOUR }, { observer: heartbeats.observer });
+  const { manager, status } = await startManager(t, { watch: [dir], backoff: HOUR }, { observer: heartbeats.observer });
   // Three GetInfo failures: with the hour-long backoff it would wait an hour after the first.
   const flaky = await startTestPlugin(t, { socketPath: path.join(dir, "flaky.sock"), info: sensor("acme.io/flaky"), failGetInfoTimes: 3 });
   await flaky.waitForGetInfo(1);
-  await until(manager, stateIs(manager, flaky.socketPath, "failed"), "the first failure");
+  await until(status, stateIs(status, flaky.socketPath, "failed"), "the first failure");
   manager.applyPolicy(testPolicy({ watch: [dir], backoff: { initialMs: 5, maxMs: 10 }, resyncMs: 20 }));
-  await until(manager, stateIs(manager, flaky.socketPath, "registered"), "registered after retries with the new backoff");
-  assert.equal(record(manager, flaky.socketPath)!.attempts, 4);
+  await until(status, stateIs(status, flaky.socketPath, "registered"), "registered after retries with the new backoff");
+  assert.equal(record(status, flaky.socketPath)!.attempts, 4);
 
   // Resyncs every 20 ms now beat without any filesystem event.
   await heartbeats.reach(heartbeats.count() + 3);
@@ -182,10 +182,10 @@ test("a reload logs what it changed: dirs added and no longer watched, a handler
   const [a, b] = [path.join(dir, "a"), path.join(dir, "b")];
   const lines: Record<string, unknown>[] = [];
   const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
-  const { manager } = await startManager(t, { watch: [a], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR }, { log: jsonLog, without: ["DRAPlugin"] });
+  const { manager, status } = await startManager(t, { watch: [a], handlers: ["acme.io/Sensor", "acme.io/Other"], backoff: HOUR }, { log: jsonLog, without: ["DRAPlugin"] });
   const dropped = await startTestPlugin(t, { socketPath: path.join(a, "dropped.sock"), info: other("acme.io/dropped") });
   await dropped.waitForNotify();
-  await until(manager, (plugins) => plugins[0]?.state === "registered", "registered");
+  await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
 
   const handlers = { "acme.io/Sensor": {}, DRAPlugin: {} };
   manager.applyPolicy(testPolicy({ watch: [a, b], handlers, backoff: HOUR }));

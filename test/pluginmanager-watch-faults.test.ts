@@ -63,15 +63,15 @@ test("a manager out of descriptors keeps its plugins registered through failing 
 
 test("a watch root removed and created again registers a plugin started in it, with resync an hour away", async (t) => {
   const root = path.join(tempDir(t), "plugins_registry");
-  const { manager } = await startManager(t, { watch: [root], resyncMs: 3_600_000 });
+  const { manager, status } = await startManager(t, { watch: [root], resyncMs: 3_600_000 });
   const first = path.join(root, "first.sock");
   const plugin = await startTestPlugin(t, { socketPath: first, info: sensor("acme.io/first") });
-  await until(manager, () => stateOf(manager, first) === "registered", "the first plugin registered");
+  await until(status, () => stateOf(status, first) === "registered", "the first plugin registered");
   await plugin.stop();
   fs.rmSync(root, { recursive: true, force: true });
-  await until(manager, (plugins) => plugins.length === 0, "the first plugin gone with its directory");
+  await until(status, (plugins) => plugins.length === 0, "the first plugin gone with its directory");
   fs.mkdirSync(root);
   const again = path.join(root, "again.sock");
   await startTestPlugin(t, { socketPath: again, info: sensor("acme.io/again") });
-  await until(manager, () => stateOf(manager, again) === "registered", "a plugin in the re-created root registered");
+  await until(status, () => stateOf(status, again) === "registered", "a plugin in the re-created root registered");
 });

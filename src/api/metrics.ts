@@ -9,14 +9,15 @@
  *
  * @example
  * ```ts
- * const metrics = createMetrics({ plugins: () => manager.plugins() });
+ * const metrics = createMetrics({ plugins: () => pluginStatus.plugins() });
  * metrics.observeRegistration("DevicePlugin", 0.004, null);
  * const endpoint = await serveMetricsEndpoint({ address: "127.0.0.1:9478", metrics, health, log });
  * ```
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Logger } from "../log/logger.ts";
-import { PLUGIN_STATES, type AttemptFailure, type PluginRecord } from "../pluginmanager/types.ts";
+import type { AttemptFailure } from "../pluginmanager/types.ts";
+import { PLUGIN_STATES, type PluginRecord } from "./plugin-status.ts";
 
 /** What the plugin gauges need of each known socket. */
 export type PluginSample = Pick<PluginRecord, "socket" | "state">;

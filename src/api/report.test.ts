@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { PluginRecord } from "../pluginmanager/types.ts";
+import type { PluginRecord } from "./plugin-status.ts";
 import { buildReport, reportToText, type Expectations } from "./report.ts";
 import { buildStatus } from "./status.ts";
 

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create, toJson } from "@bufbuild/protobuf";
 import { ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
-import type { PluginRecord } from "../pluginmanager/types.ts";
+import type { PluginRecord } from "./plugin-status.ts";
 import { age, buildStatus, statusToJson, statusToText } from "./status.ts";
 
 const discoveredAt = new Date("2026-11-30T12:00:00.000Z");

@@ -15,7 +15,8 @@ import type {
 } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
-import type { FailureReason, PluginRecord } from "../pluginmanager/types.ts";
+import type { FailureReason } from "../pluginmanager/types.ts";
+import type { PluginRecord } from "./plugin-status.ts";
 import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {

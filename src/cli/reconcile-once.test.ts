@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { Expectations } from "../api/report.ts";
-import type { FailureReason, PluginRecord } from "../pluginmanager/types.ts";
+import type { PluginRecord } from "../api/plugin-status.ts";
+import type { FailureReason } from "../pluginmanager/types.ts";
 import { isPermanentRefusal, outcomeIsKnown } from "./reconcile-once.ts";
 
 function plugin(name: string | null, state: PluginRecord["state"], reason: FailureReason | null = null): PluginRecord {

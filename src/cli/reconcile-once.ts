@@ -16,7 +16,8 @@ import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
-import { PERMANENT_FAILURES, type Failure, type PluginRecord } from "../pluginmanager/types.ts";
+import { PERMANENT_FAILURES, type Failure } from "../pluginmanager/types.ts";
+import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
 import { printable } from "../log/printable.ts";
@@ -39,7 +40,8 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
     return cannotStart(error, io, settings.output);
   }
   const { devices } = deviceSide;
-  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices) });
+  const records = new PluginStatusCache({ log: io.log });
+  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices), observers: [records] });
   try {
     await manager.start();
   } catch (error) {
@@ -50,15 +52,15 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const signal = AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]);
   // Plugins first, then the device lists; a device plugin registering late starts the loop again.
   const everyResource = !hasExpectations(expectations) || expectations.strict;
-  while (await manager.whenSettled({ predicate: (plugins) => outcomeIsKnown(plugins, expectations), signal })) {
-    if (devicesSettled(devices, everyResource && !manager.plugins().some(isPermanentRefusal))) break;
-    await nextChange([(listener) => manager.subscribe(listener), (listener) => devices.subscribe(listener)], signal);
+  while (await records.whenSettled({ predicate: (plugins) => outcomeIsKnown(plugins, expectations), signal })) {
+    if (devicesSettled(devices, everyResource && !records.plugins().some(isPermanentRefusal))) break;
+    await nextChange([(listener) => records.subscribe(listener), (listener) => devices.subscribe(listener)], signal);
   }
   const unlisted = devices.awaitingFirstList();
   if (unlisted.length > 0) io.log.warn("device plugins sent no device list in time", { plugins: unlisted, timeout: formatDuration(settings.timeoutMs) });
 
   const unfinished: Failure = { reason: "timeout", error: `not registered within ${formatDuration(settings.timeoutMs)}` };
-  const plugins = manager.plugins().map((plugin) => finalState(plugin, unfinished));
+  const plugins = records.plugins().map((plugin) => finalState(plugin, unfinished));
   const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations() });
   await manager.stop();
   await devices.writeCheckpoint();

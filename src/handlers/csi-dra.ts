@@ -5,7 +5,6 @@
  */
 import type { Logger } from "../log/logger.ts";
 import { createLogger } from "../log/logger.ts";
-import type { PluginRecord } from "../pluginmanager/types.ts";
 import { CsiDrivers } from "./csi.ts";
 import type { PluginDetails } from "./csi-dra-status.ts";
 import { DraDrivers } from "./dra.ts";
@@ -22,7 +21,7 @@ export function csiDraDrivers(log: Logger = createLogger({ level: "error" }), di
 }
 
 /** What the CSI and DRA handlers add to a plugin's status. */
-export function csiDraDetails(drivers: CsiDraDrivers, record: PluginRecord): PluginDetails {
+export function csiDraDetails(drivers: CsiDraDrivers, record: { socket: string; type: string | null; name: string | null }): PluginDetails {
   if (record.type === "CSIPlugin") return { csi: drivers.csi.details(record.socket, record.name) };
   if (record.type === "DRAPlugin") return { dra: drivers.dra.details(record.socket, record.name) };
   return {};

@@ -8,27 +8,19 @@ import { type Clock, systemClock } from "../platform/clock.ts";
 import type { Policy } from "../policy/types.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { OperationExecutor } from "./operation-executor.ts";
-import { type AttemptReport, PluginStatusCache, type SettleOptions } from "./plugin-status.ts";
-import { Reconciler } from "./reconciler.ts";
+import { type PluginManagerObserver, Reconciler } from "./reconciler.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
-import { guarded, type HandlerFactories, type PluginChange, type PluginRecord } from "./types.ts";
+import { guarded, type HandlerFactories } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
 
-export type { AttemptReport, SettleOptions } from "./plugin-status.ts";
-
-/** For metrics and health; every method is optional and must not throw. */
-export interface PluginManagerObserver {
-  /** Every reconcile pass: each desired-state event and each periodic resync. */
-  heartbeat?(source: "reconciler"): void;
-  /** Every attempt that ended, except aborted ones. */
-  attemptEnded?(attempt: AttemptReport): void;
-}
+export type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "./reconciler.ts";
 
 export interface PluginManagerOptions {
   policy: Policy;
   log: Logger;
-  observer?: PluginManagerObserver;
+  /** Told in this order. */
+  observers?: readonly PluginManagerObserver[];
   /** This build's handler factories, from the composition root. */
   handlers: HandlerFactories;
   clock?: Clock;
@@ -42,7 +34,7 @@ export class PluginManager {
   readonly #dsw = new DesiredStateOfWorld();
   /** A reload swaps the policy and handlers here, in one place. */
   readonly #context: RegistrationContext;
-  readonly #status: PluginStatusCache;
+  readonly #observer: Required<PluginManagerObserver>;
   readonly #executor: OperationExecutor;
   readonly #reconciler: Reconciler;
   readonly #watcher: PluginWatcher;
@@ -50,19 +42,18 @@ export class PluginManager {
   #stopped: Promise<void> | null = null;
 
   constructor(options: PluginManagerOptions) {
-    const { policy, log, observer = {}, clock = systemClock } = options;
+    const { policy, log, observers = [], clock = systemClock } = options;
     this.#options = options;
     this.#context = { policy, handlers: this.#handlerSet(policy), asw: new ActualStateOfWorld(), log, clock };
-    const status = (this.#status = new PluginStatusCache({ log, clock, attemptEnded: (attempt) => observer.attemptEnded?.(attempt) }));
+    const observer = (this.#observer = guardedObserver(observers, log));
     const executor = (this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock,
       onReady: (socket) => this.#reconciler.reconcile(socket),
     }));
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
-    const onPass = () => guarded(log, "plugin manager observer failed", () => observer.heartbeat?.("reconciler"), { hook: "heartbeat" });
     const { resyncMs } = policy.reconcile;
-    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, status, resyncMs, clock, onResync: () => this.#watcher.rescan(), onPass });
+    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, observer, resyncMs, clock, onResync: () => this.#watcher.rescan() });
   }
 
   /** Creates, watches and walks the watch directories; rejects (and stops) when one cannot be created. */
@@ -70,7 +61,7 @@ export class PluginManager {
     if (this.#phase !== "new") throw new Error(`plugin manager already ${this.#phase === "running" ? "started" : "stopped"}`);
     this.#phase = "running";
     this.handlers.logUnavailable(this.#options.log);
-    this.#dsw.subscribe((change) => this.#status.track(change));
+    this.#dsw.subscribe((change) => this.#observer.socketChanged(change));
     this.#reconciler.start();
     try {
       this.#watcher.start();
@@ -112,24 +103,9 @@ export class PluginManager {
       this.#watcher.stop();
       this.#reconciler.stop();
       await this.#executor.stop(STOP_GRACE_MS);
-      this.#status.close();
+      this.#observer.stopped();
     })();
     return this.#stopped;
-  }
-
-  /** Every known registration socket, sorted by path (copies). */
-  plugins(): PluginRecord[] {
-    return this.#status.plugins();
-  }
-
-  /** `listener` hears each state change of a socket, in order. */
-  subscribe(listener: (change: PluginChange) => void): () => void {
-    return this.#status.subscribe(listener);
-  }
-
-  /** True once `predicate` holds over {@link plugins}; false when `signal` fires or the manager stops. */
-  whenSettled(options: SettleOptions = {}): Promise<boolean> {
-    return this.#status.whenSettled(options);
   }
 
   /** Registered plugins no operation is working on (the liveness dial's, src/liveness/dial.ts). */
@@ -145,4 +121,23 @@ export class PluginManager {
   #handlerSet(policy: Policy, previous?: HandlerSet): HandlerSet {
     return new HandlerSet(policy, this.#options.handlers, { connectionLost: (plugin, reason) => this.#reconciler.connectionLost(plugin, reason) }, previous);
   }
+}
+
+/** One observer that tells each of `observers` in turn, logging what one throws. */
+function guardedObserver(observers: readonly PluginManagerObserver[], log: Logger): Required<PluginManagerObserver> {
+  const each = <Hook extends keyof PluginManagerObserver>(hook: Hook) =>
+    ((...args: unknown[]) => {
+      for (const observer of observers) {
+        const method = observer[hook] as ((...args: unknown[]) => void) | undefined;
+        if (method) guarded(log, "plugin manager observer failed", () => method.apply(observer, args), { hook });
+      }
+    }) as Required<PluginManagerObserver>[Hook];
+  return {
+    heartbeat: each("heartbeat"),
+    socketChanged: each("socketChanged"),
+    attemptStarted: each("attemptStarted"),
+    attemptEnded: each("attemptEnded"),
+    deregistered: each("deregistered"),
+    stopped: each("stopped"),
+  };
 }

@@ -64,7 +64,7 @@ export class OperationExecutor {
     let outcome: Promise<OperationOutcome>;
     try {
       // Called now, so that it sees an abort that follows at once; no extra
-      // ticks, so that the key is free as soon as the status cache says it ended.
+      // ticks, so that the key is free as soon as the observers hear it ended.
       outcome = Promise.resolve(operation(controller.signal));
     } catch (error) {
       outcome = Promise.reject(error);

@@ -11,7 +11,7 @@ import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
 import { OperationExecutor } from "./operation-executor.ts";
-import { PluginStatusCache } from "./plugin-status.ts";
+import { PluginStatusCache } from "../api/plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
 import type { PluginHandler } from "./types.ts";
@@ -38,8 +38,8 @@ function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?:
   const context = { policy, handlers: new HandlerSet(policy, { generic: () => handler }, { connectionLost() {} }), asw: new ActualStateOfWorld(), log };
   const dsw = new DesiredStateOfWorld();
   const clock = options.clock ?? systemClock;
-  const status = new PluginStatusCache({ log, clock });
-  dsw.subscribe((change) => status.track(change));
+  const status = new PluginStatusCache({ log });
+  dsw.subscribe((change) => status.socketChanged(change));
   let settle = () => {};
   let reconciler!: Reconciler;
   const executor = new OperationExecutor({
@@ -50,7 +50,7 @@ function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?:
       settle();
     },
   });
-  reconciler = new Reconciler({ dsw, executor, context, status, clock, resyncMs: options.resyncMs ?? 3_600_000, onResync: options.onResync });
+  reconciler = new Reconciler({ dsw, executor, context, observer: status, clock, resyncMs: options.resyncMs ?? 3_600_000, onResync: options.onResync });
   t.after(async () => {
     reconciler.stop();
     await executor.stop();

@@ -9,22 +9,61 @@
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { OperationExecutor, OperationOutcome } from "./operation-executor.ts";
-import type { PluginStatusCache } from "./plugin-status.ts";
-import { type RegistrationContext, registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
+import type { PluginInfoSummary } from "./registration-client.ts";
+import { type AttemptOutcome, type RegistrationContext, registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state-of-world.ts";
-import type { Failure, PluginRegistration } from "./types.ts";
+import type { AttemptFailure, AttemptState, Failure, PluginRegistration } from "./types.ts";
+
+export type SocketIdentity = Pick<DesiredSocket, "socket" | "inode">;
+
+/** One attempt that ended (aborted ones are not reported), for metrics. */
+export interface AttemptReport {
+  socket: string;
+  type: string | null;
+  name: string | null;
+  state: Exclude<AttemptState, "aborted">;
+  durationMs: number;
+  /** null exactly when it registered. */
+  reason: AttemptFailure | null;
+  error: string | null;
+}
+
+/** What a status cache needs beyond the report: which socket instance, what GetInfo said, when. */
+export interface AttemptDetail {
+  inode: string;
+  info: PluginInfoSummary | null;
+  endedAt: number;
+}
+
+/**
+ * What the plugin manager reports, for health, metrics and the status cache
+ * (src/api/plugin-status.ts); it reads nothing back. Every method is
+ * optional; a throw is logged and changes nothing.
+ */
+export interface PluginManagerObserver {
+  /** Every reconcile pass: each desired-state event and each periodic resync. */
+  heartbeat?(source: "reconciler"): void;
+  /** A socket was discovered, re-created or removed; heard before the reconciler acts on it. */
+  socketChanged?(change: DesiredChange): void;
+  attemptStarted?(socket: SocketIdentity, at: number): void;
+  /** Every attempt that ended, except aborted ones. */
+  attemptEnded?(attempt: AttemptReport, detail: AttemptDetail): void;
+  /** A registered plugin left the actual state outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
+  deregistered?(socket: SocketIdentity, state: "stale" | "pending", failure: Failure): void;
+  /** The manager stopped; nothing follows. */
+  stopped?(): void;
+}
 
 export interface ReconcilerOptions {
   dsw: DesiredStateOfWorld;
   executor: OperationExecutor;
   context: RegistrationContext;
-  status: PluginStatusCache;
+  /** Guarded by the manager: a throw must not reach the reconciler. */
+  observer: PluginManagerObserver;
   resyncMs: number;
   clock?: Clock;
   /** Before each periodic full compare (the watcher's rescan). */
   onResync?: () => void;
-  /** After every pass. */
-  onPass?: () => void;
 }
 
 export class Reconciler {
@@ -101,7 +140,7 @@ export class Reconciler {
       if (dsw.get(plugin.socket)?.inode !== plugin.inode) this.reconcile(plugin.socket);
     }
     for (const desired of dsw.sockets()) this.reconcile(desired.socket);
-    this.#options.onPass?.();
+    this.#options.observer.heartbeat?.("reconciler");
   }
 
   /** After a reload: deregisters what it refuses (an attempt in flight judges its own outcome), retries the rest now. */
@@ -122,24 +161,25 @@ export class Reconciler {
     const plugin = this.#options.context.asw.get(lost.socket);
     if (plugin?.registration.name !== lost.name || plugin.registration.endpoint !== lost.endpoint) return;
     if (this.#options.executor.isRunning(lost.socket)) this.#lostWhileRunning.set(lost.socket, { lost, error });
-    else this.#deregister(plugin, "stale", { reason: "connection_lost", error }, "plugin connection lost");
+    else this.#deregister(plugin, "stale", { reason: "connection_lost", error });
   }
 
   /** The liveness dial was refused: ignored unless `plugin` is still what is registered there, with no operation running. */
   socketRefused(plugin: RegisteredPlugin): void {
     const { context, executor } = this.#options;
     if (!this.#running || context.asw.get(plugin.socket) !== plugin || executor.isRunning(plugin.socket)) return;
-    this.#deregister(plugin, "stale", staleSocket(plugin.socket), "plugin socket is stale");
+    this.#deregister(plugin, "stale", staleSocket(plugin.socket));
   }
 
   async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
-    const { context, status } = this.#options;
+    const { context, observer } = this.#options;
     const policy = context.policy;
-    const startedAt = status.attemptStarted(desired);
+    const startedAt = this.#clock.now();
+    observer.attemptStarted?.(desired, startedAt);
     this.#attempting.add(desired.socket);
     const outcome = await registerPlugin(desired, context, signal);
     this.#attempting.delete(desired.socket);
-    status.attemptEnded(desired, outcome, startedAt);
+    if (outcome.state !== "aborted") this.#reportEnded(desired, outcome, startedAt);
     if (context.policy === policy) return outcome;
     // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.
     const plugin = context.asw.get(desired.socket);
@@ -147,19 +187,25 @@ export class Reconciler {
     return outcome.state === "registered" ? outcome : { state: "aborted" };
   }
 
+  #reportEnded(desired: DesiredSocket, { state, reason, error, info }: Exclude<AttemptOutcome, { state: "aborted" }>, startedAt: number): void {
+    const endedAt = this.#clock.now();
+    const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs: endedAt - startedAt, reason, error };
+    this.#options.observer.attemptEnded?.(attempt, { inode: desired.inode, info, endedAt });
+  }
+
   #deregisterIfRefused(plugin: RegisteredPlugin): void {
     const { context } = this.#options;
     const refusal = registeredPluginRefusal(plugin, context.policy, context.handlers);
-    if (refusal) this.#deregister(plugin, "pending", refusal, "plugin deregistered: the policy now refuses it");
+    if (refusal) this.#deregister(plugin, "pending", refusal);
   }
 
   /** Out of the actual state outside an attempt: `stale` is retried after a backoff window, `pending` at once. */
-  #deregister(plugin: RegisteredPlugin, state: "stale" | "pending", failure: Failure, message: string): void {
-    const { executor, context, status } = this.#options;
+  #deregister(plugin: RegisteredPlugin, state: "stale" | "pending", failure: Failure): void {
+    const { executor, context, observer } = this.#options;
     unregisterPlugin(plugin, context.asw, context.log);
     if (state === "stale") executor.backOff(plugin.socket);
     else executor.resetBackoff(plugin.socket);
-    status.deregistered(plugin, state, failure, message);
+    observer.deregistered?.(plugin, state, failure);
   }
 
   #onDesiredChange(change: DesiredChange): void {
@@ -168,7 +214,7 @@ export class Reconciler {
     executor.resetBackoff(change.socket);
     if (change.kind !== "added") executor.abort(change.socket);
     this.reconcile(change.socket);
-    this.#options.onPass?.();
+    this.#options.observer.heartbeat?.("reconciler");
   }
 
   #armResync(): void {

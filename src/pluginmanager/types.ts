@@ -1,10 +1,6 @@
-/** The plugin manager's vocabulary: records as `status` shows them, and the handler contract. */
+/** The plugin manager's vocabulary: attempts, failure reasons and the handler contract. */
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
-
-/** SPEC.md section 5: `pending` until the first attempt ends. */
-export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;
-export type PluginState = (typeof PLUGIN_STATES)[number];
 
 /** How one registration attempt ended; `aborted`: the socket went away or the manager is stopping. */
 export type AttemptState = "registered" | "failed" | "stale" | "aborted";
@@ -27,25 +23,6 @@ export const PERMANENT_FAILURES: ReadonlySet<FailureReason> = new Set(["socket_o
 export interface Failure {
   reason: FailureReason;
   error: string;
-}
-
-/** One registration socket as `status` shows it. */
-export interface PluginRecord {
-  socket: string;
-  /** type, name, endpoint: null until GetInfo answered; endpoint defaults to `socket`. */
-  type: string | null;
-  name: string | null;
-  endpoint: string | null;
-  versions: string[];
-  state: PluginState;
-  /** Attempts since this socket (path and inode) was discovered. */
-  attempts: number;
-  registeredAt: Date | null;
-  /** The last attempt's error, kept while retrying; `reason` is null exactly when it is. */
-  error: string | null;
-  reason: FailureReason | null;
-  discoveredAt: Date;
-  lastAttemptAt: Date | null;
 }
 
 /** What a handler is told about a plugin; the same object comes back on deregistration. */
@@ -91,12 +68,6 @@ export interface HandlerContext {
 export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
 /** Handed in by the composition root (src/agent.ts). */
 export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
-
-export interface PluginChange {
-  plugin: PluginRecord;
-  /** The socket left the list (deleted, re-created, or no longer watched). */
-  removed: boolean;
-}
 
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -1,7 +1,7 @@
 /**
- * A PluginManager for tests: built from a test policy, wired to a liveness
- * dial as src/agent.ts wires them, stopped after the test, with its change
- * events recorded and helpers that wait on its records.
+ * A PluginManager for tests: built from a test policy, wired to a status
+ * cache and a liveness dial as src/agent.ts wires them, stopped after the
+ * test, with its change events recorded and helpers that wait on its records.
  */
 import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
@@ -13,7 +13,8 @@ import { LivenessDial } from "../../src/liveness/dial.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";
 import type { Clock } from "../../src/platform/clock.ts";
-import type { HandlerFactories, PluginChange, PluginRecord } from "../../src/pluginmanager/types.ts";
+import type { HandlerFactories } from "../../src/pluginmanager/types.ts";
+import { type PluginChange, type PluginRecord, PluginStatusCache } from "../../src/api/plugin-status.ts";
 import { waitForEvent } from "./fake-plugin.ts";
 import { testPolicy } from "./policy.ts";
 import type { TestPolicyOptions } from "./policy.ts";
@@ -33,24 +34,26 @@ export interface StartManagerOptions {
   clock?: Clock;
 }
 
-/** Starts a manager for `testPolicy(policy)`, stopped after `t`; `changes` collects every change it publishes. */
+/** Starts a manager for `testPolicy(policy)`, stopped after `t`; `status` holds its records, `changes` every change of them. */
 export async function startManager(
   t: TestContext,
   policy: TestPolicyOptions,
   options: StartManagerOptions = {},
-): Promise<{ manager: PluginManager; changes: PluginChange[] }> {
+): Promise<{ manager: PluginManager; status: PluginStatusCache; changes: PluginChange[] }> {
   const effective = testPolicy(policy);
+  const log = options.log ?? quietLog;
+  const status = new PluginStatusCache({ log });
   const manager = new PluginManager({
     policy: effective,
-    log: options.log ?? quietLog,
+    log,
     handlers: Object.fromEntries(
       Object.entries({ ...handlerFactories(), ...options.handlers }).filter(([type]) => !options.without?.includes(type)),
     ),
-    observer: options.observer,
+    observers: options.observer ? [options.observer, status] : [status],
     clock: options.clock,
   });
   const changes: PluginChange[] = [];
-  manager.subscribe((change) => changes.push(change));
+  status.subscribe((change) => changes.push(change));
   const liveness = new LivenessDial(manager, effective, options.clock);
   t.after(() => {
     liveness.stop();
@@ -58,13 +61,13 @@ export async function startManager(
   });
   await manager.start();
   liveness.start();
-  return { manager, changes };
+  return { manager, status, changes };
 }
 
-/** Waits (at most 5 s) until `predicate` holds over the manager's records; fails naming `what`. */
-export async function until(manager: PluginManager, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
-  const settled = await manager.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
-  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(manager.plugins(), null, 1)}`);
+/** Waits (at most 5 s) until `predicate` holds over the records; fails naming `what`. */
+export async function until(status: PluginStatusCache, predicate: (plugins: PluginRecord[]) => boolean, what: string): Promise<void> {
+  const settled = await status.whenSettled({ predicate, signal: AbortSignal.timeout(5000) });
+  assert.ok(settled, `timed out waiting for ${what}; records: ${JSON.stringify(status.plugins(), null, 1)}`);
 }
 
 /**
@@ -76,14 +79,14 @@ export function operationsEnded(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
-/** The manager's record of `socket`, if it has one. */
-export function record(manager: PluginManager, socket: string): PluginRecord | undefined {
-  return manager.plugins().find((p) => p.socket === socket);
+/** The record of `socket`, if there is one. */
+export function record(status: PluginStatusCache, socket: string): PluginRecord | undefined {
+  return status.plugins().find((p) => p.socket === socket);
 }
 
-/** The state of the manager's record of `socket`, if it has one. */
-export function stateOf(manager: PluginManager, socket: string): PluginRecord["state"] | undefined {
-  return record(manager, socket)?.state;
+/** The state of the record of `socket`, if there is one. */
+export function stateOf(status: PluginStatusCache, socket: string): PluginRecord["state"] | undefined {
+  return record(status, socket)?.state;
 }
 
 /** Counts the manager's reconciler heartbeats; `reach(n)` resolves once n have come (rejects after 5 s). */

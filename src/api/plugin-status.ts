@@ -1,24 +1,42 @@
 /**
- * The per-socket records that `status`, events and `--reconcile-once` show
- * (SPEC.md section 5), fed by desired-state changes and attempt outcomes.
- * It decides nothing: it logs each change of state once and tells subscribers.
+ * The per-socket records that `status`, events, metrics and `--reconcile-once`
+ * show (SPEC.md section 5). The kubelet's plugin manager keeps none: this
+ * cache is one of the plugin manager's observers, fed by its desired-state
+ * changes and attempt outcomes, and built by the composition root. It decides
+ * nothing: it logs each change of state once and tells subscribers.
  */
 import type { Logger } from "../log/logger.ts";
-import type { Clock } from "../platform/clock.ts";
-import type { AttemptOutcome } from "./registration.ts";
-import { type DesiredChange, type DesiredSocket, sortedBySocket } from "./state-of-world.ts";
-import { type AttemptFailure, type AttemptState, type Failure, guarded, type PluginChange, type PluginRecord } from "./types.ts";
+import type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "../pluginmanager/manager.ts";
+import { type DesiredChange, sortedBySocket } from "../pluginmanager/state-of-world.ts";
+import { type Failure, type FailureReason, guarded } from "../pluginmanager/types.ts";
 
-/** One attempt that ended (aborted ones are not reported), for metrics. */
-export interface AttemptReport {
+/** SPEC.md section 5: `pending` until the first attempt ends. */
+export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;
+export type PluginState = (typeof PLUGIN_STATES)[number];
+
+/** One registration socket as `status` shows it. */
+export interface PluginRecord {
   socket: string;
+  /** type, name, endpoint: null until GetInfo answered; endpoint defaults to `socket`. */
   type: string | null;
   name: string | null;
-  state: Exclude<AttemptState, "aborted">;
-  durationMs: number;
-  /** null exactly when it registered. */
-  reason: AttemptFailure | null;
+  endpoint: string | null;
+  versions: string[];
+  state: PluginState;
+  /** Attempts since this socket (path and inode) was discovered. */
+  attempts: number;
+  registeredAt: Date | null;
+  /** The last attempt's error, kept while retrying; `reason` is null exactly when it is. */
   error: string | null;
+  reason: FailureReason | null;
+  discoveredAt: Date;
+  lastAttemptAt: Date | null;
+}
+
+export interface PluginChange {
+  plugin: PluginRecord;
+  /** The socket left the list (deleted, re-created, or no longer watched). */
+  removed: boolean;
 }
 
 export interface SettleOptions {
@@ -28,24 +46,18 @@ export interface SettleOptions {
   signal?: AbortSignal;
 }
 
-type SocketIdentity = Pick<DesiredSocket, "socket" | "inode">;
-
-export class PluginStatusCache {
+export class PluginStatusCache implements PluginManagerObserver {
   readonly #records = new Map<string, { record: PluginRecord; inode: string }>();
   readonly #listeners = new Set<(change: PluginChange) => void>();
   readonly #log: Logger;
-  readonly #clock: Clock;
-  readonly #attemptEnded: (attempt: AttemptReport) => void;
-  readonly #closed = new AbortController();
+  readonly #stopped = new AbortController();
 
-  constructor(options: { log: Logger; clock: Clock; attemptEnded?: (attempt: AttemptReport) => void }) {
+  constructor(options: { log: Logger }) {
     this.#log = options.log;
-    this.#clock = options.clock;
-    this.#attemptEnded = options.attemptEnded ?? (() => {});
   }
 
   /** One record per desired socket: a new one is pending, a re-created one replaces its predecessor. */
-  track(change: DesiredChange): void {
+  socketChanged(change: DesiredChange): void {
     const previous = change.previous && this.#records.get(change.socket);
     if (previous) {
       this.#records.delete(change.socket);
@@ -62,27 +74,19 @@ export class PluginStatusCache {
     this.#emit(record, false);
   }
 
-  /** Counts an attempt; returns its start time for {@link attemptEnded}. */
-  attemptStarted(desired: DesiredSocket): number {
-    const record = this.#recordOf(desired);
-    if (record) {
-      record.attempts++;
-      record.lastAttemptAt = new Date(this.#clock.now());
-    }
-    return this.#clock.now();
+  attemptStarted(socket: SocketIdentity, at: number): void {
+    const record = this.#recordOf(socket);
+    if (!record) return;
+    record.attempts++;
+    record.lastAttemptAt = new Date(at);
   }
 
-  /** An aborted attempt changes nothing. */
-  attemptEnded(desired: DesiredSocket, outcome: AttemptOutcome, startedAt: number): void {
-    if (outcome.state === "aborted") return;
-    const { state, reason, error, info } = outcome;
-    const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs: this.#clock.now() - startedAt, reason, error };
-    guarded(this.#log, "plugin manager observer failed", () => this.#attemptEnded(attempt), { hook: "attemptEnded" });
-    const record = this.#recordOf(desired);
+  attemptEnded({ socket, state, reason, error }: AttemptReport, { inode, info, endedAt }: AttemptDetail): void {
+    const record = this.#recordOf({ socket, inode });
     if (!record) return;
     const changed = record.state !== state || record.error !== error;
     if (info) Object.assign(record, { ...info, versions: [...info.versions] });
-    Object.assign(record, { state, reason, error, registeredAt: state === "registered" ? new Date(this.#clock.now()) : null });
+    Object.assign(record, { state, reason, error, registeredAt: state === "registered" ? new Date(endedAt) : null });
     const fields = fieldsOf(record);
     if (!changed) return this.#log.debug("registration attempt failed again", fields);
     if (state === "registered") this.#log.info("plugin registered", fields);
@@ -90,13 +94,18 @@ export class PluginStatusCache {
     this.#emit(record, false);
   }
 
-  /** Deregistered outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
-  deregistered(socket: SocketIdentity, state: "stale" | "pending", failure: Failure, message: string): void {
+  deregistered(socket: SocketIdentity, state: "stale" | "pending", failure: Failure): void {
     const record = this.#recordOf(socket);
     if (!record) return;
     Object.assign(record, { state, ...failure, registeredAt: null });
-    this.#log[state === "stale" ? "warn" : "info"](message, fieldsOf(record));
+    if (state === "pending") this.#log.info("plugin deregistered: the policy now refuses it", fieldsOf(record));
+    else this.#log.warn(failure.reason === "connection_lost" ? "plugin connection lost" : "plugin socket is stale", fieldsOf(record));
     this.#emit(record, false);
+  }
+
+  /** Ends every {@link whenSettled} wait (false); the records stay readable. */
+  stopped(): void {
+    this.#stopped.abort();
   }
 
   /** Copies, sorted by socket path. */
@@ -104,15 +113,16 @@ export class PluginStatusCache {
     return sortedBySocket([...this.#records.values()].map(({ record }) => copyRecord(record)));
   }
 
+  /** `listener` hears each state change of a socket, in order. */
   subscribe(listener: (change: PluginChange) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
 
-  /** True once `predicate` holds (checked now and after each change); false when `signal` fires or the cache closes. */
+  /** True once `predicate` holds (checked now and after each change); false when `signal` fires or the manager stops. */
   whenSettled({ predicate = (plugins) => plugins.every((plugin) => plugin.state === "registered"), signal }: SettleOptions = {}): Promise<boolean> {
     return new Promise((resolve) => {
-      const stops = [signal, this.#closed.signal];
+      const stops = [signal, this.#stopped.signal];
       const finish = (settled: boolean) => {
         unsubscribe();
         for (const stop of stops) stop?.removeEventListener("abort", onStop);
@@ -124,11 +134,6 @@ export class PluginStatusCache {
       if (stops.some((stop) => stop?.aborted)) finish(false);
       else if (predicate(this.plugins())) finish(true);
     });
-  }
-
-  /** Ends every {@link whenSettled} wait (false); the records stay readable. */
-  close(): void {
-    this.#closed.abort();
   }
 
   #recordOf(socket: SocketIdentity): PluginRecord | undefined {
