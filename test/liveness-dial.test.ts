@@ -41,7 +41,7 @@ async function livenessManager(t: TestContext, dir: string, livenessMs: number, 
 
 test("liveness on: a registration-only plugin killed with kill -9 becomes stale at the next dial, with one event and one log line, then is retried with backoff", async (t) => {
   const dir = tempDir(t);
-  const { manager, status, changes, clock, logs } = await livenessManager(t, dir, 30_000);
+  const { status, changes, clock, logs } = await livenessManager(t, dir, 30_000);
   const plugin = await spawnListening(t, path.join(dir, "p.sock"), "acme.io/p");
   await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   await operationsEnded();
@@ -89,7 +89,7 @@ test("liveness off (the default), and plugins whose handler watches its connecti
   const watchingFactories = { generic: () => watchingHandler };
   for (const [livenessMs, handlers] of [[0, undefined], [10_000, watchingFactories]] as const) {
     const sub = path.join(dir, String(livenessMs));
-    const { manager, status, clock } = await livenessManager(t, sub, livenessMs, handlers);
+    const { status, clock } = await livenessManager(t, sub, livenessMs, handlers);
     const plugin = await spawnListening(t, path.join(sub, "p.sock"), "acme.io/p");
     await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
     await plugin.kill();

@@ -18,7 +18,7 @@ const MiB = 1024 * 1024;
 
 test("each bound: one byte past it is refused naming the field, exactly at it is registered", async (t) => {
   const dir = tempDir(t);
-  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, [`acme.io/${"T".repeat(PLUGIN_INFO_LIMITS.typeBytes - 8)}`]: {} } });
+  const { status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, [`acme.io/${"T".repeat(PLUGIN_INFO_LIMITS.typeBytes - 8)}`]: {} } });
   const limits = PLUGIN_INFO_LIMITS;
   const longType = `acme.io/${"T".repeat(limits.typeBytes - 8)}`;
   const cases = {
@@ -61,7 +61,7 @@ test("each bound: one byte past it is refused naming the field, exactly at it is
 test("a 15 MiB name and 100k versions are not read: refused at once, told why, and the agent keeps registering and reporting", async (t) => {
   const dir = tempDir(t);
   // grpc-js takes a while to encode 15 MiB on a loaded machine: the deadline must not be what ends the attempt.
-  const { manager, status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
+  const { status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
   const huge = await startTestPlugin(t, { socketPath: path.join(dir, "huge-name.sock"), info: { type: "acme.io/Sensor", name: "x".repeat(15 * MiB) } });
   const many = await startTestPlugin(t, {
     socketPath: path.join(dir, "many-versions.sock"),

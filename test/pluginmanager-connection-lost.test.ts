@@ -38,7 +38,7 @@ test("connectionLost: the plugin is stale at once with the reason, deregistered,
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { calls, factories, lose } = connectionHandler();
-  const { manager, status, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 20, maxMs: 20 } }, { handlers: factories });
+  const { status, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 20, maxMs: 20 } }, { handlers: factories });
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/p") });
   await fake.waitForNotify();
   await until(status, (plugins) => plugins[0]?.state === "registered", "registered");

@@ -82,7 +82,7 @@ test("log lines: one per outcome, with socket, type, name and state; a reason on
   const dir = tempDir(t);
   const lines: Record<string, unknown>[] = [];
   const jsonLog = createLogger({ level: "info", format: "json", write: (line) => lines.push(JSON.parse(line)) });
-  const { manager, status } = await startManager(t, { watch: [dir] }, { log: jsonLog });
+  const { status } = await startManager(t, { watch: [dir] }, { log: jsonLog });
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
   const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });
   await good.waitForNotify();

@@ -26,7 +26,7 @@ test("a socket owned by a uid outside security.socketOwners is failed naming the
     format: "json",
     write: (line) => JSON.parse(line).attempts >= 3 && retried(),
   });
-  const { manager, status } = await startManager(t, { watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }, { log });
+  const { status } = await startManager(t, { watch: [dir], socketOwners: [0], backoff: { initialMs: 5, maxMs: 10 } }, { log });
   await threeAttempts;
   const failed = record(status, socket)!;
   assert.equal(failed.state, "failed");
@@ -39,7 +39,7 @@ test("a directory's types: a type it does not list is refused there and accepted
   const dir = tempDir(t);
   const devicesOnly = path.join(dir, "devices");
   const any = path.join(dir, "any");
-  const { manager, status } = await startManager(t, {
+  const { status } = await startManager(t, {
     watch: [{ path: devicesOnly, types: ["DevicePlugin"] }, { path: any }],
     handlers: { "acme.io/Sensor": {}, DevicePlugin: {} },
   });
@@ -56,7 +56,7 @@ test("a directory's types: a type it does not list is refused there and accepted
 
 test("allow and deny: names outside allow or matching deny are refused and told why; deny wins", async (t) => {
   const dir = tempDir(t);
-  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
+  const { status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*-beta"] } } });
   const ok = await startTestPlugin(t, { socketPath: path.join(dir, "ok.sock"), info: sensor("acme.io/ok") });
   const beta = await startTestPlugin(t, { socketPath: path.join(dir, "beta.sock"), info: sensor("acme.io/x-beta") });
   const other = await startTestPlugin(t, { socketPath: path.join(dir, "other.sock"), info: sensor("other.io/y") });
@@ -69,7 +69,7 @@ test("allow and deny: names outside allow or matching deny are refused and told 
 
 test("maxPlugins: of five sockets arriving at once with a limit of two, exactly two register; a freed slot is taken by a retry", async (t) => {
   const dir = tempDir(t);
-  const { manager, status } = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
+  const { status } = await startManager(t, { watch: [dir], maxPlugins: 2, backoff: { initialMs: 10, maxMs: 40 } });
   const fakes: FakePlugin[] = [];
   for (let i = 0; i < 5; i++) fakes.push(await startTestPlugin(t, { socketPath: path.join(dir, `.p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
   // All five appear in the same tick.
@@ -92,7 +92,7 @@ test("an undeclared type and a built-in type not in this build are failed; the u
   const dir = tempDir(t);
   const lines: string[] = [];
   const log = createLogger({ level: "info", format: "json", write: (line) => lines.push(line) });
-  const { manager, status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log, without: ["DRAPlugin"] });
+  const { status } = await startManager(t, { watch: [dir], handlers: { "acme.io/Sensor": {}, DRAPlugin: {} } }, { log, without: ["DRAPlugin"] });
   const gpus = [];
   for (let i = 0; i < 3; i++) gpus.push(await startTestPlugin(t, { socketPath: path.join(dir, `gpu${i}.sock`), info: { type: "DRAPlugin", name: "acme.io/gpu", versions: ["v1.DRAPlugin"] } }));
   const unknown = await startTestPlugin(t, { socketPath: path.join(dir, "unknown.sock"), info: { type: "acme.io/Unknown", name: "acme.io/u" } });

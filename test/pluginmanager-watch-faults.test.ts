@@ -63,7 +63,7 @@ test("a manager out of descriptors keeps its plugins registered through failing 
 
 test("a watch root removed and created again registers a plugin started in it, with resync an hour away", async (t) => {
   const root = path.join(tempDir(t), "plugins_registry");
-  const { manager, status } = await startManager(t, { watch: [root], resyncMs: 3_600_000 });
+  const { status } = await startManager(t, { watch: [root], resyncMs: 3_600_000 });
   const first = path.join(root, "first.sock");
   const plugin = await startTestPlugin(t, { socketPath: first, info: sensor("acme.io/first") });
   await until(status, () => stateOf(status, first) === "registered", "the first plugin registered");

@@ -44,7 +44,7 @@ test("plugins in sub-directories created after start, at depth 0, 1 and 2, are v
     await t.test(`depth ${depth}`, async (t) => {
       const root = path.join(dir, `d${depth}`);
       const { calls, factories } = recordingHandler();
-      const { manager, status } = await startManager(t, { watch: [root] }, { handlers: factories });
+      const { status } = await startManager(t, { watch: [root] }, { handlers: factories });
       const subdir = path.join(root, ...Array.from({ length: depth }, (_, i) => String(i)));
       fs.mkdirSync(subdir, { recursive: true });
       const name = `acme.io/depth-${depth}`;
@@ -61,7 +61,7 @@ test("plugins listening before start are registered; until GetInfo answers a rec
   const fakes: FakePlugin[] = [];
   for (let i = 0; i < 10; i++) fakes.push(await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`) }));
   await startTestPlugin(t, { socketPath: path.join(dir, "slow.sock"), info: sensor("acme.io/slow"), hangGetInfo: true });
-  const { manager, status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 10_000 } });
+  const { status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 10_000 } });
   const slow = path.join(dir, "slow.sock");
   assert.equal(status.plugins().length, 11, "every socket is known when start() resolves");
   await until(status, (plugins) => plugins.filter((p) => p.state === "registered").length === 10, "ten registered");
@@ -88,7 +88,7 @@ test("event-driven: with time standing still (no resync can run), a new socket i
 
 test("registration is retried after a transient GetInfo failure; the record keeps the error and counts attempts", async (t) => {
   const dir = tempDir(t);
-  const { manager, status, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 10, maxMs: 40 } });
+  const { status, changes } = await startManager(t, { watch: [dir], backoff: { initialMs: 10, maxMs: 40 } });
   const socket = path.join(dir, "flaky.sock");
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor(), failGetInfoTimes: 2 });
   await until(status, (plugins) => plugins[0]?.state === "registered", "registered after retries");
@@ -107,7 +107,7 @@ test("a socket re-created at the same path re-registers exactly once, also when 
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { calls, factories } = recordingHandler();
-  const { manager, status } = await startManager(t, { watch: [dir] }, { handlers: factories });
+  const { status } = await startManager(t, { watch: [dir] }, { handlers: factories });
   const first = await startFakePlugin({ socketPath: socket, info: sensor("acme.io/v1") });
   await first.waitForNotify();
 
@@ -145,7 +145,7 @@ test("a stale socket is reported stale once its 100 ms listen grace is over and 
   const clock = manualClock(Date.now());
   // A backoff of an hour: only a new socket at the path can bring a retry.
   const hour = { initialMs: 3_600_000, maxMs: 3_600_000 };
-  const { manager, status, changes } = await startManager(t, { watch: [dir], backoff: hour, timeouts: { dialMs: 5000, getInfoMs: 5000 } }, { clock });
+  const { status, changes } = await startManager(t, { watch: [dir], backoff: hour, timeouts: { dialMs: 5000, getInfoMs: 5000 } }, { clock });
   await until(status, () => stateOf(status, good.socketPath) === "registered", "the good plugin registered");
   assert.equal(stateOf(status, stale), "pending", "within its grace a refused socket may still be between bind() and listen()");
   clock.advance(99);
@@ -169,7 +169,7 @@ test("plugins that bind their socket before they listen are registered without e
   // Time stands still for the listen grace while the re-dials wait on real timers, so a
   // loaded machine that delays a listen() past the 100 ms grace cannot end it.
   const graceNeverEnds = { now: () => 0, setTimer: systemClock.setTimer };
-  const { manager, status, changes } = await startManager(t, { watch: [dir] }, { clock: graceNeverEnds });
+  const { status, changes } = await startManager(t, { watch: [dir] }, { clock: graceNeverEnds });
   // The watcher sees each file at bind(); the plugin listens 0 to 60 ms later.
   for (const [i, listenDelayMs] of [0, 1, 2, 5, 10, 20, 40, 60].entries()) {
     const fake = await startTestPlugin(t, { socketPath: path.join(dir, `p${i}.sock`), info: sensor(`acme.io/p${i}`), listenDelayMs });
@@ -183,7 +183,7 @@ test("plugins that bind their socket before they listen are registered without e
 test("a GetInfo that hangs does not delay other plugins", async (t) => {
   const dir = tempDir(t);
   const hang = await startTestPlugin(t, { socketPath: path.join(dir, "a-hang.sock"), info: sensor("acme.io/hang"), hangGetInfo: true });
-  const { manager, status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
+  const { status } = await startManager(t, { watch: [dir], timeouts: { getInfoMs: 30_000 } });
   await hang.waitForGetInfo();
   const good = await startTestPlugin(t, { socketPath: path.join(dir, "b-good.sock"), info: sensor("acme.io/good") });
   assert.equal((await good.waitForNotify()).registered, true);
@@ -202,7 +202,7 @@ test("ten sockets with the same name are all registered and tracked by the gener
 
 test("a watched subtree removed with rm -r while its plugins run drops them and breaks nothing", async (t) => {
   const dir = tempDir(t);
-  const { manager, status, changes } = await startManager(t, { watch: [dir] });
+  const { status, changes } = await startManager(t, { watch: [dir] });
   fs.mkdirSync(path.join(dir, "a", "b"), { recursive: true });
   for (const sub of ["a", "a/b"]) await startTestPlugin(t, { socketPath: path.join(dir, sub, "p.sock"), info: sensor(`acme.io/${sub}`) });
   await until(status, (plugins) => plugins.length === 2 && plugins.every((p) => p.state === "registered"), "two registered");
@@ -215,7 +215,7 @@ test("a watched subtree removed with rm -r while its plugins run drops them and 
 
 test("subscribers get one change per state change, in order, and a deleted socket leaves the list", async (t) => {
   const dir = tempDir(t);
-  const { manager, status, changes } = await startManager(t, { watch: [dir] });
+  const { status, changes } = await startManager(t, { watch: [dir] });
   const socket = path.join(dir, "p.sock");
   const fake = await startFakePlugin({ socketPath: socket, info: sensor() });
   await until(status, () => stateOf(status, socket) === "registered", "registered");
