@@ -25,6 +25,8 @@ export class LivenessDial {
   #policy: Policy;
   #intervalMs = 0;
   #running = false;
+  /** A pass is dialling: it arms the next one when it ends, with the interval then in force. */
+  #passing = false;
   #cancelTimer: () => void = () => {};
 
   constructor(manager: PluginManager, policy: Policy, clock: Clock = systemClock) {
@@ -52,7 +54,8 @@ export class LivenessDial {
     if (!this.#running || intervalMs === this.#intervalMs) return;
     this.#intervalMs = intervalMs;
     this.#cancelTimer();
-    this.#arm();
+    // Arming now as well would start a second chain of passes beside the one in flight.
+    if (!this.#passing) this.#arm();
   }
 
   /** The next pass starts an interval after the previous one ended, so passes never overlap. */
@@ -60,7 +63,10 @@ export class LivenessDial {
     this.#cancelTimer = () => {};
     if (this.#intervalMs === 0) return;
     this.#cancelTimer = this.#clock.setTimer(() => {
+      this.#cancelTimer = () => {};
+      this.#passing = true;
       void this.#pass().then(() => {
+        this.#passing = false;
         if (this.#running) this.#arm();
       });
     }, this.#intervalMs);
