@@ -4,7 +4,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { ListAndWatchResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
-import { listRegion, readDeviceList, sameBytes } from "./device-list.ts";
+import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
 
 /** The devices of an encoded ListAndWatchResponse, as the endpoint gets them. */
 const view = (bytes: Uint8Array) => fromBinary(ListAndWatchResponseViewSchema, bytes).devices;

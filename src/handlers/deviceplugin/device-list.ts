@@ -1,20 +1,7 @@
 /**
- * A ListAndWatch message, read and checked. The Connect client decodes the
- * message as edgeplug.v1.ListAndWatchResponseView (each Device left as its
- * bytes: proto/edgeplug/v1/device_list_view.proto), and the devices are
- * read here with protobuf-es's BinaryReader straight into what the resource
- * keeps, which takes a fraction of the time and garbage of building 300,000
- * message objects for a list of 100,000 devices with their topology.
- *
- * The wire format is v1beta1.Device's (kubelet-facts.md section 5):
- * 1 `ID` string, 2 `health` string, 3 `topology` TopologyInfo
- * {1 repeated NUMANode {1 `ID` int64}}. Unknown fields are skipped, a
- * repeated scalar field keeps its last value and a repeated message field
- * is merged, as any protobuf reader does.
+ * One resource's device list as the device manager keeps it (DeviceList);
+ * device-list-reader.ts reads a ListAndWatch message into one.
  */
-import { Buffer } from "node:buffer";
-import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
-import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
 
 /** One device as a message describes it (tests and fixtures build lists from these). */
 export interface DeviceInfo {
@@ -26,7 +13,7 @@ export interface DeviceInfo {
 
 /** A node id kept in the compact per-device column; the sentinel means no topology. */
 const NO_NODE = -0x80000000;
-const NO_NODES: readonly number[] = Object.freeze([]);
+export const NO_NODES: readonly number[] = Object.freeze([]);
 
 /**
  * One resource's device list, kept as columns rather than an object per
@@ -145,8 +132,8 @@ export class DeviceList {
   }
 }
 
-/** The columns of a list being read. */
-class Columns {
+/** The columns of a list being built, device by device (DeviceList.of, device-list-reader.ts). */
+export class Columns {
   readonly ids: string[] = [];
   readonly health: Uint8Array;
   #nodes: Int32Array | null = null;
@@ -174,169 +161,6 @@ class Columns {
   }
 }
 
-/** One device's fields as they are read, reused for every device of a list. */
-interface DeviceFields {
-  id: string;
-  healthy: boolean;
-  numaNodes: readonly number[];
-  /** Whether the id has a byte of a control character (in UTF-8 only those bytes encode one). */
-  suspect: boolean;
-}
-
-/**
- * The devices of one message, or why the message is refused (the previous
- * list stays). One reader walks the message's buffer, which every device's
- * bytes are a view of, and the devices go straight into the list's columns.
- * `previous` is the resource's current list: when the ids are the same in
- * the same order, the new list shares its id arrays and no duplicate check
- * or sort is needed.
- */
-export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: number, previous: DeviceList | null = null): DeviceList | string {
-  if (encoded.length > maxDevices) {
-    return `device list of ${encoded.length} devices exceeds security.maxDevicesPerResource (${maxDevices})`;
-  }
-  const columns = new Columns(encoded.length);
-  let reader: BinaryReader | null = null;
-  let whole: Buffer | null = null;
-  let buffer: ArrayBufferLike | null = null;
-  const fields: DeviceFields = { id: "", healthy: false, numaNodes: NO_NODES, suspect: false };
-  for (let i = 0; i < encoded.length; i++) {
-    const bytes = encoded[i]!;
-    if (bytes.buffer !== buffer) {
-      buffer = bytes.buffer;
-      whole = Buffer.from(buffer);
-      reader = new BinaryReader(whole);
-    }
-    try {
-      reader!.pos = bytes.byteOffset;
-      readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength, fields);
-    } catch (error) {
-      return `device ${i} of the list cannot be read: ${error instanceof Error ? error.message : String(error)}`;
-    }
-    const { id } = fields;
-    if (fields.suspect || id === "" || id.length > MAX_DEVICE_ID_LENGTH) {
-      const refusal = deviceIdRefusal(id);
-      if (refusal) return refusal;
-    }
-    columns.set(i, id, fields.healthy, fields.numaNodes);
-  }
-  return columns.finish(previous);
-}
-
-/**
- * The bytes the devices of one message take in it (they lie one after the
- * other in its buffer), to tell a list sent again unchanged from a new one
- * without reading it; null when they are not contiguous.
- */
-export function listRegion(encoded: readonly Uint8Array[]): Uint8Array | null {
-  if (encoded.length === 0) return new Uint8Array(0);
-  const first = encoded[0]!;
-  const last = encoded[encoded.length - 1]!;
-  if (last.buffer !== first.buffer) return null;
-  return new Uint8Array(first.buffer, first.byteOffset, last.byteOffset + last.byteLength - first.byteOffset);
-}
-
-/** Whether two regions hold the same bytes. */
-export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
-  return a.length === b.length && Buffer.from(a.buffer, a.byteOffset, a.length).equals(Buffer.from(b.buffer, b.byteOffset, b.length));
-}
-
-/** Reads one device into `fields`. */
-function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: DeviceFields): void {
-  let id = "";
-  let healthy = false;
-  let numaNodes: readonly number[] = NO_NODES;
-  let suspect = false;
-  while (reader.pos < end) {
-    // The tag by hand: reader.tag() allocates a pair for every field of 100,000 devices.
-    const tag = reader.uint32();
-    const field = tag >>> 3;
-    const wireType = tag & 7;
-    if (field === 1) {
-      // Decoded from the message's buffer in place: reader.string() makes a view of every id's bytes first.
-      const length = lengthDelimited(reader, field, wireType).uint32();
-      const from = reader.pos;
-      reader.pos = subEndAt(from, length, end);
-      let ascii = true;
-      suspect = false;
-      for (let i = from; i < reader.pos; i++) {
-        const byte = bytes[i]!;
-        if (byte < 0x20 || byte === 0x7f) suspect = true;
-        else if (byte > 0x7f) ascii = false;
-      }
-      id = bytes.toString(ascii ? "latin1" : "utf8", from, reader.pos);
-    } else if (field === 2) {
-      // Only "Healthy" matters (anything else is unhealthy): compared in place, no string made.
-      const length = lengthDelimited(reader, field, wireType).uint32();
-      const from = reader.pos;
-      reader.pos = subEndAt(from, length, end);
-      healthy = isHealthy(bytes, from, length);
-    } else if (field === 3) {
-      numaNodes = readTopology(reader, bytes, subEnd(lengthDelimited(reader, field, wireType), end), numaNodes);
-    } else {
-      reader.skip(wireType, field);
-    }
-  }
-  if (reader.pos !== end) throw new Error("a field runs past the device's end");
-  fields.id = id;
-  fields.healthy = healthy;
-  fields.numaNodes = numaNodes;
-  fields.suspect = suspect;
-}
-
-const HEALTHY_BYTES = new TextEncoder().encode(HEALTHY);
-
-function isHealthy(bytes: Uint8Array, from: number, length: number): boolean {
-  if (length !== HEALTHY_BYTES.length) return false;
-  for (let i = 0; i < length; i++) if (bytes[from + i] !== HEALTHY_BYTES[i]) return false;
-  return true;
-}
-
-/** The nodes of a TopologyInfo appended to `nodes` (a repeated message field merges). */
-function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: readonly number[]): readonly number[] {
-  let result = nodes;
-  while (reader.pos < end) {
-    const tag = reader.uint32();
-    const field = tag >>> 3;
-    const wireType = tag & 7;
-    if (field !== 1) {
-      reader.skip(wireType, field);
-      continue;
-    }
-    const nodeEnd = subEnd(lengthDelimited(reader, field, wireType), end);
-    let id = 0;
-    while (reader.pos < nodeEnd) {
-      const nodeTag = reader.uint32();
-      const nodeField = nodeTag >>> 3;
-      const nodeWireType = nodeTag & 7;
-      if (nodeField !== 1) reader.skip(nodeWireType, nodeField);
-      else if (nodeWireType !== WireType.Varint) throw new Error(`NUMANode field 1 has wire type ${nodeWireType}, not varint`);
-      // A one-byte varint (0 to 127, every real node id) read as it is: int64() makes a BigInt per device.
-      else if (bytes[reader.pos]! < 0x80) id = bytes[reader.pos++]!;
-      else id = Number(reader.int64());
-    }
-    result = withNode(result, id);
-  }
-  return result;
-}
-
-/** Reads a length prefix; the end of what it delimits, which must lie within `outer`. */
-function subEnd(reader: BinaryReader, outer: number): number {
-  const length = reader.uint32();
-  return subEndAt(reader.pos, length, outer);
-}
-
-function subEndAt(from: number, length: number, outer: number): number {
-  const end = from + length;
-  if (end > outer) throw new Error("a field runs past its message's end");
-  return end;
-}
-
-function lengthDelimited(reader: BinaryReader, field: number, wireType: number): BinaryReader {
-  if (wireType !== WireType.LengthDelimited) throw new Error(`field ${field} has wire type ${wireType}, not length-delimited`);
-  return reader;
-}
-
 /** Devices on one node share its list: 100,000 devices on a few nodes need a few arrays, not 100,000. */
 const SINGLE_NODES_KEPT = 1024;
 const SINGLE_NODES: (readonly number[] | undefined)[] = new Array<undefined>(SINGLE_NODES_KEPT).fill(undefined);
@@ -346,6 +170,6 @@ function singleNode(id: number): readonly number[] {
   return (SINGLE_NODES[id] ??= Object.freeze([id]));
 }
 
-function withNode(nodes: readonly number[], id: number): readonly number[] {
+export function withNode(nodes: readonly number[], id: number): readonly number[] {
   return nodes.length > 0 ? [...nodes, id] : singleNode(id);
 }

@@ -12,7 +12,8 @@ import type { ContainerAllocateResponse, DevicePluginOptions } from "../../gen/d
 import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
-import { listRegion, readDeviceList, sameBytes, type DeviceList } from "./device-list.ts";
+import type { DeviceList } from "./device-list.ts";
+import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
 import { ListBudget } from "./list-budget.ts";
 import { MAX_LIST_MESSAGE_BYTES } from "./names.ts";
 
@@ -20,7 +21,7 @@ export type { DeviceInfo, DeviceList } from "./device-list.ts";
 
 /**
  * DevicePlugin's ListAndWatch, the same call on the wire, answered as the
- * view that leaves each Device encoded (device-list.ts reads them).
+ * view that leaves each Device encoded (device-list-reader.ts reads them).
  */
 const listAndWatchView = { ...DevicePlugin.method.listAndWatch, output: ListAndWatchResponseViewSchema };
 const DevicePluginListView = { ...DevicePlugin, methods: [listAndWatchView], method: { listAndWatch: listAndWatchView } } as unknown as GenService<{
