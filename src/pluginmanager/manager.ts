@@ -26,9 +26,6 @@ export interface PluginManagerOptions {
   clock?: Clock;
 }
 
-/** SPEC.md: the agent exits within 2 s of SIGTERM. */
-const STOP_GRACE_MS = 1500;
-
 export class PluginManager {
   readonly #options: PluginManagerOptions;
   readonly #dsw = new DesiredStateOfWorld();
@@ -102,7 +99,7 @@ export class PluginManager {
       this.#phase = "stopped";
       this.#watcher.stop();
       this.#reconciler.stop();
-      await this.#executor.stop(STOP_GRACE_MS);
+      await this.#executor.stop();
       this.#observer.stopped();
     })();
     return this.#stopped;

@@ -6,12 +6,10 @@
  * the window ends; nothing polls.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
+import type { Policy } from "../policy/types.ts";
 import type { AttemptState } from "./types.ts";
 
-export interface BackoffPolicy {
-  initialMs: number;
-  maxMs: number;
-}
+type Backoff = Policy["reconcile"]["backoff"];
 
 /** `failed` and `stale` open (or double) the key's window, `aborted` leaves it, `registered` clears it. */
 export interface OperationOutcome {
@@ -24,7 +22,7 @@ export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
 export type RunResult = "started" | "already-running" | "backoff" | "stopped";
 
 export interface OperationExecutorOptions {
-  backoff: BackoffPolicy;
+  backoff: Backoff;
   clock?: Clock;
   /** A key's operation ended or its window closed: the owner may run again. */
   onReady?: (key: string) => void;
@@ -33,12 +31,12 @@ export interface OperationExecutorOptions {
 interface KeyState {
   running?: { controller: AbortController; done: Promise<void> };
   failures: number;
-  retryAt: number;
+  /** Set while the key's backoff window is open: the window ends when this timer fires. */
   cancelTimer?: () => void;
 }
 
 export class OperationExecutor {
-  #backoff: BackoffPolicy;
+  #backoff: Backoff;
   readonly #clock: Clock;
   readonly #onReady: (key: string) => void;
   readonly #keys = new Map<string, KeyState>();
@@ -58,7 +56,7 @@ export class OperationExecutor {
     if (this.inBackoff(key)) return "backoff";
     const controller = new AbortController();
     const ended = (outcome: AttemptState) => {
-      if (outcome === "registered") this.#clearFailures(state);
+      if (outcome === "registered") this.resetBackoff(key);
       else if (outcome !== "aborted" && !controller.signal.aborted && !this.#stopped) this.#openWindow(key, state);
     };
     let outcome: Promise<OperationOutcome>;
@@ -86,7 +84,7 @@ export class OperationExecutor {
   }
 
   /** For the failures to come; windows already open keep their end. */
-  setBackoff(backoff: BackoffPolicy): void {
+  setBackoff(backoff: Backoff): void {
     this.#backoff = backoff;
   }
 
@@ -95,23 +93,24 @@ export class OperationExecutor {
   }
 
   inBackoff(key: string): boolean {
-    const state = this.#keys.get(key);
-    return state !== undefined && state.failures > 0 && this.#clock.now() < state.retryAt;
+    return this.#keys.get(key)?.cancelTimer !== undefined;
   }
 
   /** Forgets `key`'s failures (a new socket at the path, a reload): its next run starts at once. */
   resetBackoff(key: string): void {
     const state = this.#keys.get(key);
     if (!state) return;
-    this.#clearFailures(state);
+    state.failures = 0;
+    state.cancelTimer?.();
+    state.cancelTimer = undefined;
     this.#forgetIfIdle(key, state);
   }
 
-  abort(key: string, reason = "socket removed"): void {
-    this.#keys.get(key)?.running?.controller.abort(new Error(reason));
+  abort(key: string): void {
+    this.#keys.get(key)?.running?.controller.abort(new Error("socket removed"));
   }
 
-  /** Refuses new operations, aborts and awaits running ones for at most `graceMs`, clears every timer. */
+  /** Refuses new operations, clears timers, aborts and awaits running ones at most `graceMs` (SPEC.md: exit in 2 s). */
   async stop(graceMs = 1500): Promise<void> {
     this.#stopped = true;
     const running: Promise<void>[] = [];
@@ -130,31 +129,21 @@ export class OperationExecutor {
 
   #state(key: string): KeyState {
     let state = this.#keys.get(key);
-    if (!state) this.#keys.set(key, (state = { failures: 0, retryAt: 0 }));
+    if (!state) this.#keys.set(key, (state = { failures: 0 }));
     return state;
   }
 
   #openWindow(key: string, state: KeyState): void {
     state.failures++;
     const delay = Math.min(this.#backoff.initialMs * 2 ** (state.failures - 1), this.#backoff.maxMs);
-    state.retryAt = this.#clock.now() + delay;
     state.cancelTimer?.();
     state.cancelTimer = this.#clock.setTimer(() => {
       state.cancelTimer = undefined;
-      // Timers may fire a millisecond before now() reaches retryAt; a refused retry would have no timer left.
-      state.retryAt = 0;
       if (!this.#stopped) this.#onReady(key);
     }, delay);
   }
 
-  #clearFailures(state: KeyState): void {
-    state.failures = 0;
-    state.retryAt = 0;
-    state.cancelTimer?.();
-    state.cancelTimer = undefined;
-  }
-
   #forgetIfIdle(key: string, state: KeyState): void {
-    if (!state.running && state.failures === 0 && this.#keys.get(key) === state) this.#keys.delete(key);
+    if (!state.running && state.failures === 0) this.#keys.delete(key);
   }
 }
