@@ -129,29 +129,13 @@ export class PluginWatcher {
     return this.#watchable(dir) || this.#dirs.some((root) => isUnder(root.path, dir));
   }
 
-  /** Brings the desired state in line with whatever is at `target` now; a failed lstat changes nothing. */
-  #observe(target: string): void {
-    const stat = this.#read(target, () => this.#fs.lstat(target), "lstat");
-    if (stat === undefined) return;
-    // A directory is settled by its walk, which reads it.
-    if (!stat?.isDirectory()) this.#settled(target);
-    if (stat?.isSocket()) {
-      this.#forgetTree(target, true);
-      if (this.#watchable(path.dirname(target))) this.#dsw.addOrUpdate(target, inodeOf(stat), this.#now());
-      return;
-    }
-    this.#dsw.remove(target);
-    // Walked at once: sockets created right after mkdir can precede the watch (Deno misses them otherwise).
-    if (stat?.isDirectory() && this.#worthWalking(target)) return this.#sync(target);
-    this.#forgetTree(target, false);
-  }
-
-  /** Walks `dir`: records the sockets found, forgets those under it that are gone, keeps what it could not read. */
-  #sync(dir: string): void {
+  /** Brings the desired state and the watches at and under `target` in line with the disk; what is unreadable stays. */
+  #sync(target: string): void {
     const walk: Walk = { found: new Map(), walked: new Set(), unknown: new Set() };
-    this.#walk(dir, walk);
-    const gone = (target: string) =>
-      (target === dir || isUnder(target, dir)) && !(walk.unknown.size > 0 && [...walk.unknown].some((unknown) => target === unknown || isUnder(target, unknown)));
+    this.#walk(target, walk);
+    const gone = (entry: string) =>
+      (entry === target || isUnder(entry, target)) &&
+      !(walk.unknown.size > 0 && [...walk.unknown].some((unknown) => entry === unknown || isUnder(entry, unknown)));
     for (const [socket, inode] of walk.found) this.#dsw.addOrUpdate(socket, inode, this.#now());
     for (const socket of this.#dsw.paths()) if (!walk.found.has(socket) && gone(socket)) this.#dsw.remove(socket);
     for (const watched of [...this.#watched.keys()]) if (!walk.walked.has(watched) && gone(watched)) this.#unwatch(this.#watched, watched);
@@ -159,40 +143,34 @@ export class PluginWatcher {
     this.#forgetFailures(gone);
   }
 
-  #walk(dir: string, walk: Walk): void {
-    const stat = this.#read(dir, () => this.#fs.lstat(dir), "lstat", walk);
+  /** Records what is at `target`: a socket of a watchable directory, or a directory worth walking and its content. */
+  #walk(target: string, walk: Walk): void {
+    const inWatchable = this.#watchable(path.dirname(target));
+    const worthWalking = this.#worthWalking(target);
+    const stat = this.#read(target, () => this.#fs.lstat(target), "lstat", inWatchable || worthWalking ? walk : null);
     if (stat === undefined) return;
-    if (!stat?.isDirectory()) return this.#settled(dir);
-    const watchable = this.#watchable(dir);
-    // Watched before it is read, so that nothing created in between is missed.
-    if (watchable && this.#watch(this.#watched, dir, inodeOf(stat))) walk.walked.add(dir);
-    const names = this.#read(dir, () => this.#fs.readdir(dir).sort(), "readdir", walk);
-    if (names === undefined) return;
-    this.#settled(dir);
-    for (const name of names ?? []) {
-      if (name.startsWith(".")) continue;
-      const entry = path.join(dir, name);
-      const wanted = watchable || this.#worthWalking(entry);
-      const entryStat = this.#read(entry, () => this.#fs.lstat(entry), "lstat", wanted ? walk : null);
-      if (entryStat === undefined) continue;
-      if (entryStat?.isDirectory() && this.#worthWalking(entry)) {
-        this.#walk(entry, walk);
-        continue;
-      }
-      this.#settled(entry);
-      if (entryStat?.isSocket() && watchable) walk.found.set(entry, inodeOf(entryStat));
+    if (!stat?.isDirectory() || !worthWalking) {
+      this.#settled(target);
+      if (stat?.isSocket() && inWatchable) walk.found.set(target, inodeOf(stat));
+      return;
     }
+    // Watched before it is read, so that nothing created in between is missed.
+    if (this.#watchable(target) && this.#watch(this.#watched, target, inodeOf(stat))) walk.walked.add(target);
+    const names = this.#read(target, () => this.#fs.readdir(target).sort(), "readdir", walk);
+    if (names === undefined) return;
+    this.#settled(target);
+    for (const name of names ?? []) if (!name.startsWith(".")) this.#walk(path.join(target, name), walk);
   }
 
   /** null: `target` is gone (ENOENT, ENOTDIR); undefined: the read failed, recorded (and unknown to `walk`) unless `walk` is null. */
-  #read<T>(target: string, read: () => T, operation: "lstat" | "readdir", walk?: Walk | null): T | null | undefined {
+  #read<T>(target: string, read: () => T, operation: "lstat" | "readdir", walk: Walk | null): T | null | undefined {
     try {
       return read();
     } catch (error) {
       const code = (error as NodeJS.ErrnoException | undefined)?.code;
       if (code === "ENOENT" || code === "ENOTDIR") return null;
       if (walk === null) return undefined;
-      walk?.unknown.add(target);
+      walk.unknown.add(target);
       if (!this.#failing.has(target)) {
         const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
         this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
@@ -225,19 +203,11 @@ export class PluginWatcher {
       this.#retryRound++;
       // Shorter paths first: reading a directory again may settle what is under it.
       const targets = [...this.#failing].sort((a, b) => a.length - b.length);
-      if (this.#running) for (const target of targets) this.#observe(target);
+      if (this.#running) for (const target of targets) this.#sync(target);
       if (this.#failing.size > 0) this.#retryTimer ??= this.#armRetry();
     }, delay);
     timer.unref();
     return timer;
-  }
-
-  /** Forgets sockets and watches under `target`, and `target`'s own watch unless `keepSelf`. */
-  #forgetTree(target: string, keepSelf: boolean): void {
-    for (const socket of this.#dsw.paths()) if (isUnder(socket, target)) this.#dsw.remove(socket);
-    for (const dir of [...this.#watched.keys()]) {
-      if (isUnder(dir, target) || (dir === target && !keepSelf)) this.#unwatch(this.#watched, dir);
-    }
   }
 
   /** Watches each root's parent for the root's name, unless it is a plugin directory (which reports the root already). */
@@ -284,9 +254,10 @@ export class PluginWatcher {
     if (!this.#running) return;
     const roots = watches.get(dir)?.roots;
     if (watches === this.#parents) {
-      for (const name of roots ?? []) if (filename === null || filename === name) this.#observe(path.join(dir, name));
+      for (const name of roots ?? []) if (filename === null || filename === name) this.#sync(path.join(dir, name));
     } else if (filename === null) this.#sync(dir);
-    else if (!path.basename(filename).startsWith(".")) this.#observe(path.join(dir, filename));
+    // A new directory is walked at once: sockets made right after its mkdir can precede its watch (Deno misses them).
+    else if (!path.basename(filename).startsWith(".")) this.#sync(path.join(dir, filename));
   }
 }
 
