@@ -7,8 +7,7 @@
  */
 import * as fs from "node:fs";
 import type { Logger } from "../log/logger.ts";
-import type { Clock } from "../platform/clock.ts";
-import { systemClock } from "../platform/clock.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
 import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
@@ -24,9 +23,10 @@ export type AttemptOutcome =
   | { state: "failed" | "stale"; reason: AttemptFailure; error: string; info: PluginInfoSummary | null }
   | { state: "aborted"; reason: null; error: null; info: PluginInfoSummary | null };
 
-export interface Refusal extends Failure {
-  reason: AttemptFailure;
-}
+export type Refusal = Failure & { reason: AttemptFailure };
+
+/** Fails the attempt, telling the plugin why if it can still be reached. */
+type Refuse = (refusal: Refusal) => Promise<AttemptOutcome>;
 
 /** What registrations read; a policy reload swaps `policy` and `handlers`. */
 export interface RegistrationContext {
@@ -56,8 +56,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
   const connection = new RegistrationConnection(socket, timeouts.dialMs);
   let info: PluginInfoSummary | null = null;
   const aborted = (): AttemptOutcome => ({ state: "aborted", reason: null, error: null, info });
-  /** Fails the attempt, telling the plugin why if it can still be reached. */
-  const refuse = async (refusal: Refusal): Promise<AttemptOutcome> => {
+  const refuse: Refuse = async (refusal) => {
     if (signal.aborted) return aborted();
     await connection.notify(false, refusal.error, timeouts.notifyMs, signal).catch((error) => {
       log.debug("could not tell the plugin it was refused", { socket, error: messageOf(error) });
@@ -136,25 +135,24 @@ export function staleSocket(socket: string): Refusal {
 
 /** Why `policy` now refuses a registered plugin, from its GetInfo answer at registration; null if it still accepts it. */
 export function registeredPluginRefusal(plugin: RegisteredPlugin, policy: Policy, handlers: HandlerSet): Refusal | null {
-  const stat = lstatOrNull(plugin.socket);
   // A socket gone or re-created is the watcher's to report.
-  const owner = stat && inodeOf(stat) === plugin.inode ? socketOwnerRefusal(stat, policy) : null;
-  if (owner) return owner;
+  const socketRefusal = checkSocketFile(plugin.socket, policy, plugin.inode);
+  if (socketRefusal?.reason === "socket_owner") return socketRefusal;
   const decision = decideHandler(policy, handlers, plugin.socket, plugin.registration);
   return "refusal" in decision ? decision.refusal : null;
 }
 
 /** Why the file at `socket` may not be dialled (gone, replaced, not a socket, foreign owner), or null. */
 export function checkSocketFile(socket: string, policy: Policy, inode?: string): Refusal | null {
-  const stat = lstatOrNull(socket);
   const missing = (error: string): Refusal => ({ reason: "socket_missing", error });
-  if (!stat) return missing(`socket ${socket} no longer exists`);
+  let stat: fs.BigIntStats;
+  try {
+    stat = fs.lstatSync(socket, { bigint: true });
+  } catch {
+    return missing(`socket ${socket} no longer exists`);
+  }
   if (!stat.isSocket()) return missing(`${socket} is not a unix socket`);
   if (inode !== undefined && inodeOf(stat) !== inode) return missing(`socket ${socket} was re-created during registration`);
-  return socketOwnerRefusal(stat, policy);
-}
-
-function socketOwnerRefusal(stat: fs.BigIntStats, policy: Policy): Refusal | null {
   const error = ownerRefusal(policy, Number(stat.uid));
   return error === null ? null : { reason: "socket_owner", error };
 }
@@ -190,12 +188,7 @@ async function getInfoOnceListening(
   }
 }
 
-async function getInfoFailure(
-  socket: string,
-  error: unknown,
-  getInfoMs: number,
-  refuse: (refusal: Refusal) => Promise<AttemptOutcome>,
-): Promise<AttemptOutcome> {
+async function getInfoFailure(socket: string, error: unknown, getInfoMs: number, refuse: Refuse) {
   const failure = classifyRpcError(error);
   if (failure === "stale") return failed(staleSocket(socket), null);
   if (failure === "missing") return failed({ reason: "socket_missing", error: `socket ${socket} no longer exists` }, null);
@@ -207,12 +200,4 @@ async function getInfoFailure(
   const refusal: Refusal = { reason: "get_info", error: `RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket ${socket}, err: ${cause}` };
   // A plugin that answered with a gRPC error can be told; a silent or garbled one cannot.
   return failure === "status" ? refuse(refusal) : failed(refusal, null);
-}
-
-function lstatOrNull(target: string): fs.BigIntStats | null {
-  try {
-    return fs.lstatSync(target, { bigint: true });
-  } catch {
-    return null;
-  }
 }
