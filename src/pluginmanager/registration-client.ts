@@ -22,20 +22,20 @@ export interface PluginInfoSummary {
   versions: string[];
 }
 
-/** Dialled on first use, and once more if it dropped before a notification. */
+/** Dialled on first use, and again if the connection dropped before a notification. */
 export class RegistrationConnection {
   readonly #socket: string;
-  readonly #dialMs: number;
-  #channel: UnixChannel | null = null;
-  #client: Client<typeof Registration> | null = null;
+  readonly #channel: UnixChannel;
+  readonly #client: Client<typeof Registration>;
 
   constructor(socket: string, dialMs: number) {
     this.#socket = socket;
-    this.#dialMs = dialMs;
+    this.#channel = dialUnix(socket, { connectTimeoutMs: dialMs, readMaxBytes: PLUGIN_INFO_LIMITS.answerBytes });
+    this.#client = createClient(Registration, this.#channel.transport);
   }
 
   async getInfo(timeoutMs: number, signal?: AbortSignal): Promise<PluginInfoSummary> {
-    const info = await this.#dial().getInfo({}, { timeoutMs, signal });
+    const info = await this.#client.getInfo({}, { timeoutMs, signal });
     return {
       type: info.type,
       name: info.name,
@@ -47,27 +47,16 @@ export class RegistrationConnection {
   async notify(registered: boolean, error: string, timeoutMs: number, signal: AbortSignal): Promise<void> {
     const status = { pluginRegistered: registered, error };
     try {
-      await this.#dial().notifyRegistrationStatus(status, { timeoutMs, signal });
+      await this.#client.notifyRegistrationStatus(status, { timeoutMs, signal });
     } catch (failure) {
       if (signal.aborted || !connectionDropped(failure)) throw failure;
-      // The plugin may still be there on a new connection (kubernetes PR #138170).
-      this.close();
-      await this.#dial().notifyRegistrationStatus(status, { timeoutMs, signal });
+      // The plugin may still be there on a new connection (kubernetes PR #138170), which the channel dials.
+      await this.#client.notifyRegistrationStatus(status, { timeoutMs, signal });
     }
   }
 
   close(): void {
-    this.#channel?.close();
-    this.#channel = null;
-    this.#client = null;
-  }
-
-  #dial(): Client<typeof Registration> {
-    if (!this.#client) {
-      this.#channel = dialUnix(this.#socket, { connectTimeoutMs: this.#dialMs, readMaxBytes: PLUGIN_INFO_LIMITS.answerBytes });
-      this.#client = createClient(Registration, this.#channel.transport);
-    }
-    return this.#client;
+    this.#channel.close();
   }
 }
 
