@@ -16,7 +16,7 @@ import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
-import { PERMANENT_FAILURES, type Failure } from "../pluginmanager/types.ts";
+import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
@@ -79,6 +79,10 @@ function cannotStart(error: unknown, io: CommandIO, output: "text" | "json"): nu
   if (output === "json") io.stdout(JSON.stringify({ schema: REPORT_SCHEMA, ok: false, error: `cannot start: ${reason}` }, null, 2) + "\n");
   return EXIT_CANNOT_START;
 }
+
+const PERMANENT_FAILURES: ReadonlySet<FailureReason> = new Set([
+  "socket_owner", "invalid_info", "no_handler", "handler_unavailable", "policy",
+]);
 
 /** Refused for a reason retrying cannot fix while the policy and the plugin stay as they are (no handler, policy, owner, invalid info). */
 export function isPermanentRefusal(plugin: PluginRecord): boolean {

@@ -1,6 +1,7 @@
 /** The plugin manager's vocabulary: attempts, failure reasons and the handler contract. */
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
+import type { PluginInfoSummary } from "./registration-client.ts";
 
 /** How one registration attempt ended; `aborted`: the socket went away or the manager is stopping. */
 export type AttemptState = "registered" | "failed" | "stale" | "aborted";
@@ -16,23 +17,15 @@ export type AttemptFailure = (typeof ATTEMPT_FAILURES)[number];
 export const FAILURE_REASONS = [...ATTEMPT_FAILURES, "connection_lost", "timeout"] as const;
 export type FailureReason = (typeof FAILURE_REASONS)[number];
 
-/** Refusals another attempt cannot undo while the policy and the plugin stay as they are. */
-export const PERMANENT_FAILURES: ReadonlySet<FailureReason> = new Set(["socket_owner", "invalid_info", "no_handler", "handler_unavailable", "policy"]);
-
 /** The reason a failure counts under, and the text a person (and the plugin) reads. */
 export interface Failure {
   reason: FailureReason;
   error: string;
 }
 
-/** What a handler is told about a plugin; the same object comes back on deregistration. */
-export interface PluginRegistration {
+/** What a handler is told of a plugin: GetInfo's answer at `socket`; the same object comes back at deregistration. */
+export interface PluginRegistration extends PluginInfoSummary {
   socket: string;
-  type: string;
-  name: string;
-  /** Already defaulted to `socket` when the plugin gave none. */
-  endpoint: string;
-  versions: string[];
 }
 
 /**
