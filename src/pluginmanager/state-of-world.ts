@@ -30,7 +30,6 @@ export class DesiredStateOfWorld {
 
   /** The same inode again changes nothing; a new inode at a known path replaces the entry. */
   addOrUpdate(socket: string, inode: string, now: Date = new Date()): DesiredChange["kind"] | "unchanged" {
-    requireSocketPath(socket);
     const previous = this.#sockets.get(socket);
     if (previous?.inode === inode) return "unchanged";
     const current = { socket, inode, discoveredAt: now };
@@ -85,7 +84,6 @@ export class ActualStateOfWorld {
   #reserved = 0;
 
   add(plugin: RegisteredPlugin): void {
-    requireSocketPath(plugin.socket);
     this.#plugins.set(plugin.socket, plugin);
   }
 
@@ -127,8 +125,4 @@ export function inodeOf(stat: BigIntStats): string {
 
 export function sortedBySocket<T extends { socket: string }>(items: T[]): T[] {
   return items.sort((a, b) => (a.socket < b.socket ? -1 : a.socket > b.socket ? 1 : 0));
-}
-
-function requireSocketPath(socket: string): void {
-  if (socket === "") throw new Error("socket path is empty");
 }
