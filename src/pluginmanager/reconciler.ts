@@ -10,7 +10,8 @@
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { OperationExecutor, OperationOutcome } from "./operation-executor.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
-import { type AttemptOutcome, type RegistrationContext, registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
+import type { RegistrationContext } from "./registration.ts";
+import { registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state-of-world.ts";
 import type { AttemptFailure, AttemptState, Failure, PluginRegistration } from "./types.ts";
 
@@ -179,18 +180,17 @@ export class Reconciler {
     this.#attempting.add(desired.socket);
     const outcome = await registerPlugin(desired, context, signal);
     this.#attempting.delete(desired.socket);
-    if (outcome.state !== "aborted") this.#reportEnded(desired, outcome, startedAt);
+    if (outcome.state !== "aborted") {
+      const { info, ...result } = outcome;
+      const endedAt = this.#clock.now();
+      const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, ...result };
+      observer.attemptEnded?.({ ...attempt, durationMs: endedAt - startedAt }, { inode: desired.inode, info, endedAt });
+    }
     if (context.policy === policy) return outcome;
     // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.
     const plugin = context.asw.get(desired.socket);
     if (plugin?.inode === desired.inode) this.#deregisterIfRefused(plugin);
     return outcome.state === "registered" ? outcome : { state: "aborted" };
-  }
-
-  #reportEnded(desired: DesiredSocket, { state, reason, error, info }: Exclude<AttemptOutcome, { state: "aborted" }>, startedAt: number): void {
-    const endedAt = this.#clock.now();
-    const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, state, durationMs: endedAt - startedAt, reason, error };
-    this.#options.observer.attemptEnded?.(attempt, { inode: desired.inode, info, endedAt });
   }
 
   #deregisterIfRefused(plugin: RegisteredPlugin): void {
