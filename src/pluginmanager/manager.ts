@@ -1,7 +1,7 @@
 /**
  * The plugin manager, wired as the kubelet's plugin_manager.go: the watcher
  * fills the desired state, the reconciler starts register and unregister
- * operations through the executor, and outcomes feed the status cache.
+ * operations through the executor, and the observers hear what happened.
  */
 import type { Logger } from "../log/logger.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
@@ -21,7 +21,6 @@ export interface PluginManagerOptions {
   log: Logger;
   /** Told in this order. */
   observers?: readonly PluginManagerObserver[];
-  /** This build's handler factories, from the composition root. */
   handlers: HandlerFactories;
   clock?: Clock;
 }
@@ -29,7 +28,6 @@ export interface PluginManagerOptions {
 export class PluginManager {
   readonly #options: PluginManagerOptions;
   readonly #dsw = new DesiredStateOfWorld();
-  /** A reload swaps the policy and handlers here, in one place. */
   readonly #context: RegistrationContext;
   readonly #observer: Required<PluginManagerObserver>;
   readonly #executor: OperationExecutor;

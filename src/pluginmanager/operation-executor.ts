@@ -19,8 +19,6 @@ export interface OperationOutcome {
 /** Its signal fires on abort and stop. */
 export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
 
-export type RunResult = "started" | "already-running" | "backoff" | "stopped";
-
 export interface OperationExecutorOptions {
   backoff: Backoff;
   clock?: Clock;
@@ -49,7 +47,7 @@ export class OperationExecutor {
   }
 
   /** Starts `operation` unless `key` is busy or in backoff. A rejection counts as `failed`; an aborted operation never fails. */
-  run(key: string, operation: Operation): RunResult {
+  run(key: string, operation: Operation): "started" | "already-running" | "backoff" | "stopped" {
     if (this.#stopped) return "stopped";
     const state = this.#state(key);
     if (state.running) return "already-running";

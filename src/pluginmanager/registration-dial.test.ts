@@ -24,7 +24,7 @@ test("the registration connection is closed when the attempt ends", async (t) =>
   const descriptors = () => fs.readdirSync("/proc/self/fd").length;
   // Warm-up: the first attempt loads http2 and may keep process-wide descriptors.
   await registerPlugin(desired(socket), ctx, signal());
-  ctx.asw.remove(socket);
+  ctx.asw.remove(ctx.asw.get(socket)!);
   const before = descriptors();
   assert.equal((await registerPlugin(desired(socket), ctx, signal())).state, "registered");
   // Both ends live in this process; the plugin's end closes a moment after ours.

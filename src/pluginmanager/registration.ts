@@ -97,7 +97,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
       await handler.registerPlugin(registration, signal);
     } catch (error) {
       // Out of the actual state, so that the backoff retries it (kubernetes#133335).
-      if (asw.get(socket) === plugin) asw.remove(socket);
+      asw.remove(plugin);
       return await refuse({ reason: "register", error: `RegisterPlugin error -- plugin registration failed with err: ${messageOf(error)}` });
     }
     if (signal.aborted) return aborted();
@@ -118,7 +118,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
 
 /** Removes a plugin from the actual state and tells its handler; never dials it. */
 export function unregisterPlugin(plugin: RegisteredPlugin, asw: ActualStateOfWorld, log: Logger): void {
-  if (asw.get(plugin.socket) === plugin) asw.remove(plugin.socket);
+  asw.remove(plugin);
   try {
     plugin.handler.deregisterPlugin(plugin.registration);
   } catch (error) {

@@ -71,11 +71,13 @@ test("actual state: an added plugin is returned as added and matches its path an
   assert.equal(asw.has("/r/a.sock", "1:10:6"), false, "same path, other inode: a re-created socket");
 });
 
-test("actual state: remove forgets the plugin", () => {
+test("actual state: remove forgets the plugin, and only that one", () => {
   const asw = new ActualStateOfWorld();
   const plugin = registered("/r/a.sock", "1:10:5");
   asw.add(plugin);
-  assert.equal(asw.remove("/r/a.sock"), plugin);
+  asw.remove(registered("/r/a.sock", "1:10:5"));
+  assert.equal(asw.get("/r/a.sock"), plugin, "another registration at the path is not removed");
+  asw.remove(plugin);
   assert.deepEqual(asw.plugins(), []);
   assert.equal(asw.has("/r/a.sock", "1:10:5"), false);
 });

@@ -87,10 +87,9 @@ export class ActualStateOfWorld {
     this.#plugins.set(plugin.socket, plugin);
   }
 
-  remove(socket: string): RegisteredPlugin | undefined {
-    const plugin = this.#plugins.get(socket);
-    this.#plugins.delete(socket);
-    return plugin;
+  /** Only `plugin` itself: a newer registration at its socket stays. */
+  remove(plugin: RegisteredPlugin): void {
+    if (this.#plugins.get(plugin.socket) === plugin) this.#plugins.delete(plugin.socket);
   }
 
   get(socket: string): RegisteredPlugin | undefined {

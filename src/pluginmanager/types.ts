@@ -59,7 +59,7 @@ export interface HandlerContext {
  * lives outside it; must start nothing (`probe` builds handlers too).
  */
 export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
-/** Handed in by the composition root (src/agent.ts). */
+/** This build's handler factories, handed in by the composition root (src/agent.ts). */
 export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
 
 export function messageOf(error: unknown): string {
