@@ -103,9 +103,7 @@ export class Reconciler {
 
   setResyncPeriod(resyncMs: number): void {
     this.#resyncMs = resyncMs;
-    if (!this.#running) return;
-    this.#cancelResync();
-    this.#armResync();
+    if (this.#running) this.#armResync();
   }
 
   /** Converges one socket: unregister a plugin whose socket left or changed, register a desired one. */
@@ -217,7 +215,9 @@ export class Reconciler {
     this.#options.observer.heartbeat?.("reconciler");
   }
 
+  /** Replaces the pending resync, if any. */
   #armResync(): void {
+    this.#cancelResync();
     this.#cancelResync = this.#clock.setTimer(() => {
       if (!this.#running) return;
       this.#options.onResync?.();

@@ -29,22 +29,19 @@ export class DesiredStateOfWorld {
   readonly #listeners = new Set<(change: DesiredChange) => void>();
 
   /** The same inode again changes nothing; a new inode at a known path replaces the entry. */
-  addOrUpdate(socket: string, inode: string, now: Date = new Date()): DesiredChange["kind"] | "unchanged" {
+  addOrUpdate(socket: string, inode: string, now: Date = new Date()): void {
     const previous = this.#sockets.get(socket);
-    if (previous?.inode === inode) return "unchanged";
+    if (previous?.inode === inode) return;
     const current = { socket, inode, discoveredAt: now };
     this.#sockets.set(socket, current);
-    const kind = previous ? "replaced" : "added";
-    this.#emit({ kind, socket, current, previous });
-    return kind;
+    this.#emit({ kind: previous ? "replaced" : "added", socket, current, previous });
   }
 
-  remove(socket: string): boolean {
+  remove(socket: string): void {
     const previous = this.#sockets.get(socket);
-    if (!previous) return false;
+    if (!previous) return;
     this.#sockets.delete(socket);
     this.#emit({ kind: "removed", socket, previous });
-    return true;
   }
 
   get(socket: string): DesiredSocket | undefined {
