@@ -119,6 +119,19 @@ test("NUMA: devices come from one node that can hold the request, and the plugin
   assert.deepEqual([...devices.pods.get("p", "main", R1)!.byNode], [[1, ["b1", "c1"]]]);
 });
 
+test("NUMA: after the plugin moves devices to another node and marks one unhealthy, the next allocation follows the new list", async (t) => {
+  const devices = newManager(t);
+  const on = (id: string, node: number, health = "Healthy") => ({ ID: id, health, topology: { nodes: [{ ID: String(node) }] } });
+  const plugin = await connected(t, devices, R1, { devices: [on("a", 0), on("b", 0), on("c", 1), on("d", 1), on("e", 1)] });
+  assert.deepEqual((await devices.allocate(ask("before", { [R1]: 2 }))).map((g) => g.devices), [["c", "d"]], "node 1 has the most");
+  devices.release("before");
+  plugin.setDevices([on("a", 0), on("b", 0, "Unhealthy"), on("c", 1), on("d", 0), on("e", 0)]);
+  await waitForDeviceState(devices, "b unhealthy", () => devices.resource(R1)?.unhealthy.includes("b") === true);
+  assert.deepEqual((await devices.allocate(ask("after", { [R1]: 2 }))).map((g) => g.devices), [["a", "d"]], "node 0 now has the most healthy devices");
+  assert.deepEqual([...devices.pods.get("after", "main", R1)!.byNode], [[0, ["a", "d"]]]);
+  await assert.rejects(devices.allocate(ask("more", { [R1]: 3 })), { message: `requested number of devices unavailable for ${R1}. Requested: 3, Available: 2` });
+});
+
 test("a failed Allocate or PreStartContainer records nothing and leaves the devices free", async (t) => {
   const devices = newManager(t);
   await connected(t, devices, R1, { failAllocate: "out of firmware" });

@@ -9,7 +9,7 @@ import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/a
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { entryDeviceIds } from "./pod-devices.ts";
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
-import { sortedHealthyIds, type ResourceTable } from "./resources.ts";
+import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode } from "./topology.ts";
 
 export interface ResourceRequest {
@@ -88,31 +88,29 @@ export async function allocate(
     }
     const state = resources.get(resource);
     if (!state) throw new AllocationError(`cannot allocate unregistered device ${resource}`);
-    // Sorted once per device list, not per allocation: the free devices below come out sorted too.
-    const healthy = sortedHealthyIds(state);
-    if (healthy.length === 0) throw new AllocationError(`no healthy devices present; cannot allocate unhealthy devices ${resource}`);
+    // Built once per device list, not per allocation: the free devices are it minus those held.
+    const healthy = healthyNodeIndex(state);
+    if (healthy.size === 0) throw new AllocationError(`no healthy devices present; cannot allocate unhealthy devices ${resource}`);
     const endpoint = resources.primary(resource);
     if (existing) {
       // The same owner and container asking again is the kubelet's container restart: the same devices,
       // no Allocate, PreStartContainer again; only if they are all still healthy.
-      const healthySet = new Set(healthy);
-      if (!held.every((id) => healthySet.has(id))) {
+      if (!held.every((id) => healthy.has(id))) {
         throw new AllocationError(`previously allocated devices are no longer healthy; cannot allocate unhealthy devices ${resource}`);
       }
       if (endpoint?.options?.preStartRequired) await preStart(endpoint, held);
       granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
       continue;
     }
-    const taken = pods.allocatedIds(resource);
-    const free = healthy.filter((id) => !taken.has(id));
-    if (free.length < count) {
-      throw new AllocationError(`requested number of devices unavailable for ${resource}. Requested: ${count}, Available: ${free.length}`);
+    const free = healthy.without(pods.allocatedIds(resource));
+    if (free.count < count) {
+      throw new AllocationError(`requested number of devices unavailable for ${resource}. Requested: ${count}, Available: ${free.count}`);
     }
     if (!endpoint) throw new AllocationError(`unknown Device Plugin ${resource}`);
     const preferred = endpoint.options?.getPreferredAllocationAvailable
       ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size)
       : null;
-    const devices = await chooseDevices(state.devices, free, count, preferred).catch((error: unknown) => {
+    const devices = await chooseDevices(free, count, preferred).catch((error: unknown) => {
       throw rpcFailure("GetPreferredAllocation", error);
     });
     if (devices.length < count) {

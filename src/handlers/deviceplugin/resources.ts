@@ -10,6 +10,7 @@
 import type { Clock } from "../../platform/clock.ts";
 import { DeviceList } from "./device-list.ts";
 import type { DevicePluginEndpoint } from "./endpoint.ts";
+import { NodeIndex } from "./node-index.ts";
 
 export interface ResourceState {
   name: string;
@@ -166,6 +167,7 @@ interface HealthyIds {
   inOrder: readonly string[];
   sorted: readonly string[] | null;
   unhealthySorted: readonly string[] | null;
+  nodes: NodeIndex | null;
 }
 
 const healthyCache = new WeakMap<ResourceState, HealthyIds>();
@@ -183,7 +185,7 @@ function healthyEntry(state: ResourceState): HealthyIds {
     for (let i = 0; i < ids.length; i++) if (health[i] === 1) healthy.push(ids[i]!);
     inOrder = Object.freeze(healthy);
   }
-  const entry = { version: state.version, inOrder, sorted: null, unhealthySorted: null };
+  const entry = { version: state.version, inOrder, sorted: null, unhealthySorted: null, nodes: null };
   healthyCache.set(state, entry);
   return entry;
 }
@@ -205,6 +207,13 @@ export function sortedHealthyIds(state: ResourceState): readonly string[] {
   const entry = healthyEntry(state);
   entry.sorted ??= sortedWhere(state.devices, entry.inOrder.length, 1);
   return entry.sorted;
+}
+
+/** {@link sortedHealthyIds} by NUMA node, built once per change (on the first allocation after it). */
+export function healthyNodeIndex(state: ResourceState): NodeIndex {
+  const entry = healthyEntry(state);
+  entry.nodes ??= NodeIndex.of(state.devices, sortedHealthyIds(state));
+  return entry.nodes;
 }
 
 /** The unhealthy device ids of `state`, sorted, built once per change. */

@@ -1,11 +1,26 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DeviceList } from "./device-list.ts";
-import { chooseDevices, filterByAffinity, groupByNode, singleNodeHint } from "./topology.ts";
+import { NodeIndex } from "./node-index.ts";
+import * as topology from "./topology.ts";
+import { groupByNode } from "./topology.ts";
 
 function devicesOn(layout: Record<string, number[]>): DeviceList {
   return DeviceList.of(Object.entries(layout).map(([id, numaNodes]) => ({ id, healthy: true, numaNodes })));
 }
+
+/** `available` of `devices` as an allocation sees them: indexed, nothing held. */
+const freeOf = (devices: DeviceList, available: readonly string[]) => NodeIndex.of(devices, [...available].sort()).without(new Set());
+
+function filterByAffinity(devices: DeviceList, available: readonly string[], hint: number[] | null) {
+  const split = topology.filterByAffinity(freeOf(devices, available), hint);
+  return { aligned: [...split.devices("aligned")], unaligned: [...split.devices("unaligned")], noAffinity: [...split.devices("noAffinity")] };
+}
+
+const singleNodeHint = (devices: DeviceList, available: readonly string[], count: number) => topology.singleNodeHint(freeOf(devices, available), count);
+
+const chooseDevices = (devices: DeviceList, available: readonly string[], count: number, preferred: Parameters<typeof topology.chooseDevices>[2]) =>
+  topology.chooseDevices(freeOf(devices, available), count, preferred);
 
 test("TestFilterByAffinity: with hint node 2, each device lands in one set by the first of its nodes in the sorted order", () => {
   const devices = devicesOn({ dev1: [1], dev2: [1, 2], dev3: [2], dev4: [2] });

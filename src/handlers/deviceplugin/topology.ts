@@ -7,112 +7,129 @@
  * its own (the one with most free devices), as a single-numa-node policy
  * would choose, or none.
  */
-/** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
-export interface DeviceNodes {
-  nodesOf(id: string): readonly number[];
-}
+import { NO_NUMA_NODE, type DeviceNodes, type FreeDevices } from "./node-index.ts";
 
-/** The kubelet's fake NUMA node for devices without topology. */
-export const NO_NUMA_NODE = -1;
+export { NO_NUMA_NODE, type DeviceNodes } from "./node-index.ts";
 
-export interface AffinitySplit {
-  aligned: string[];
-  unaligned: string[];
-  noAffinity: string[];
-}
+/** The kubelet's three sets of available devices. */
+export type Affinity = "aligned" | "unaligned" | "noAffinity";
 
 /**
- * Classifies each available device by the first of its nodes in the sorted
- * node order (hint nodes first, -1 last, then by how many devices a node
- * has, then by id), so each device lands in exactly one set.
+ * The kubelet's filterByAffinity over the free devices, read lazily: each
+ * device is in exactly one set, by the first of its nodes in the sorted node
+ * order (hint nodes first, -1 last, then by how many free devices a node
+ * has, then by id), and within a node in id order. Taking one device walks
+ * one node's devices only until a free one comes up.
  */
-export function filterByAffinity(devices: DeviceNodes, available: Iterable<string>, hint: number[] | null): AffinitySplit {
-  const split: AffinitySplit = { aligned: [], unaligned: [], noAffinity: [] };
-  const perNode = new Map<number, string[]>();
-  /** Devices on more than one node, the only ones that can come up twice below. */
-  const onSeveral = new Set<string>();
-  for (const id of available) {
-    const nodes = devices.nodesOf(id);
-    if (nodes.length > 1) onSeveral.add(id);
-    for (const node of nodes.length > 0 ? nodes : [NO_NUMA_NODE]) {
-      let ids = perNode.get(node);
-      if (!ids) perNode.set(node, (ids = []));
-      ids.push(id);
-    }
+export class AffinitySplit {
+  readonly #free: FreeDevices;
+  readonly #hint: readonly number[] | null;
+  readonly #order: number[];
+  readonly #rank: Map<number, number>;
+
+  constructor(free: FreeDevices, hint: readonly number[] | null) {
+    this.#free = free;
+    this.#hint = hint;
+    const counts = free.grouped();
+    this.#order = [...counts.keys()].sort((a, b) => {
+      if (this.#inHint(a) !== this.#inHint(b)) return this.#inHint(a) ? -1 : 1;
+      if ((a === NO_NUMA_NODE) !== (b === NO_NUMA_NODE)) return a === NO_NUMA_NODE ? 1 : -1;
+      const byCount = counts.get(a)! - counts.get(b)!;
+      return byCount !== 0 ? byCount : a - b;
+    });
+    this.#rank = new Map(this.#order.map((node, rank) => [node, rank]));
   }
-  const inHint = (node: number) => hint !== null && hint.includes(node);
-  const order = [...perNode.keys()].sort((a, b) => {
-    if (inHint(a) !== inHint(b)) return inHint(a) ? -1 : 1;
-    if ((a === NO_NUMA_NODE) !== (b === NO_NUMA_NODE)) return a === NO_NUMA_NODE ? 1 : -1;
-    const byCount = perNode.get(a)!.length - perNode.get(b)!.length;
-    return byCount !== 0 ? byCount : a - b;
-  });
-  const placed = new Set<string>();
-  for (const node of order) {
-    for (const id of perNode.get(node)!.sort()) {
-      if (onSeveral.has(id)) {
-        if (placed.has(id)) continue;
-        placed.add(id);
+
+  /** The free devices of one set, in the kubelet's order. */
+  *devices(kind: Affinity): Generator<string> {
+    for (const node of this.#order) {
+      if (this.#kindOfNode(node) !== kind) continue;
+      for (const id of this.#free.on(node)) {
+        const several = this.#free.severalOf(id);
+        if (several === undefined || this.#firstOf(several) === node) yield id;
       }
-      if (hint === null || node === NO_NUMA_NODE) (node === NO_NUMA_NODE ? split.noAffinity : split.unaligned).push(id);
-      else (inHint(node) ? split.aligned : split.unaligned).push(id);
     }
   }
-  return split;
+
+  /** The set a free device is in. */
+  kindOf(id: string): Affinity {
+    const several = this.#free.severalOf(id);
+    return this.#kindOfNode(several !== undefined ? this.#firstOf(several) : (this.#free.nodesOf(id)[0] ?? NO_NUMA_NODE));
+  }
+
+  #inHint(node: number): boolean {
+    return this.#hint !== null && this.#hint.includes(node);
+  }
+
+  #kindOfNode(node: number): Affinity {
+    // -1 is the no-topology set even when a plugin names node -1 and the hint is it.
+    if (node === NO_NUMA_NODE) return "noAffinity";
+    return this.#inHint(node) ? "aligned" : "unaligned";
+  }
+
+  /** The node that comes first in the order among `nodes` (all of which have a free device). */
+  #firstOf(nodes: readonly number[]): number {
+    let first = nodes[0]!;
+    for (const node of nodes) if (this.#rank.get(node)! < this.#rank.get(first)!) first = node;
+    return first;
+  }
 }
 
-/** The single NUMA node with the most available devices, when it can hold `count` alone; else null. */
-export function singleNodeHint(devices: DeviceNodes, available: Iterable<string>, count: number): number[] | null {
-  const perNode = new Map<number, number>();
-  for (const id of available) {
-    for (const node of devices.nodesOf(id)) perNode.set(node, (perNode.get(node) ?? 0) + 1);
-  }
+/** The kubelet's name for the split. */
+export function filterByAffinity(free: FreeDevices, hint: readonly number[] | null): AffinitySplit {
+  return new AffinitySplit(free, hint);
+}
+
+/** The single NUMA node with the most free devices, when it can hold `count` alone; else null. */
+export function singleNodeHint(free: FreeDevices, count: number): number[] | null {
   let best: number | null = null;
-  for (const [node, free] of perNode) {
-    if (free < count) continue;
-    if (best === null || free > perNode.get(best)! || (free === perNode.get(best)! && node < best)) best = node;
+  let bestFree = 0;
+  for (const [node, available] of free.named) {
+    if (available < count) continue;
+    if (best === null || available > bestFree || (available === bestFree && node < best)) {
+      best = node;
+      bestFree = available;
+    }
   }
   return best === null ? null : [best];
 }
 
 /**
- * Picks `count` devices from `available` the kubelet's way; `preferred` is
- * the plugin's GetPreferredAllocation (null when the plugin does not offer it).
- * Returns fewer than `count` only if the sets run short.
+ * Picks `count` of the free devices the kubelet's way; `preferred` is the
+ * plugin's GetPreferredAllocation (null when the plugin does not offer it).
+ * Returns fewer than `count` only if the sets run short. Without
+ * `preferred` it reads only as many devices as it takes; the plugin is
+ * sent the whole set it chooses from.
  */
 export async function chooseDevices(
-  devices: DeviceNodes,
-  available: string[],
+  free: FreeDevices,
   count: number,
   preferred: ((available: string[], mustInclude: string[], size: number) => Promise<string[]>) | null,
 ): Promise<string[]> {
-  const hint = singleNodeHint(devices, available, count);
-  const { aligned, unaligned, noAffinity } = filterByAffinity(devices, available, hint);
-  const picked: string[] = [];
+  const split = filterByAffinity(free, singleNodeHint(free, count));
+  const picked = new Set<string>();
   const takeFrom = (ids: Iterable<string>): boolean => {
     for (const id of ids) {
-      if (picked.length >= count) break;
-      if (!picked.includes(id)) picked.push(id);
+      if (picked.size >= count) break;
+      picked.add(id);
     }
-    return picked.length >= count;
+    return picked.size >= count;
   };
-  if (aligned.length >= count) {
-    if (preferred) {
+  if (preferred) {
+    const aligned = [...split.devices("aligned")];
+    if (aligned.length >= count) {
       const answer = await preferred(aligned, [], count);
-      if (takeFrom(answer.filter((id) => aligned.includes(id)))) return picked;
+      if (!takeFrom(answer.filter((id) => free.has(id) && split.kindOf(id) === "aligned"))) takeFrom(aligned);
+      return [...picked];
     }
     takeFrom(aligned);
-    return picked;
+    const answer = await preferred(free.all(), [...picked], count);
+    if (takeFrom(answer.filter((id) => free.has(id)))) return [...picked];
+  } else if (takeFrom(split.devices("aligned"))) {
+    return [...picked];
   }
-  if (takeFrom(aligned)) return picked;
-  if (preferred) {
-    const answer = await preferred(available, [...picked], count);
-    const free = new Set(available);
-    if (takeFrom(answer.filter((id) => free.has(id)))) return picked;
-  }
-  if (takeFrom(unaligned)) return picked;
-  takeFrom(noAffinity);
-  return picked;
+  if (!takeFrom(split.devices("unaligned"))) takeFrom(split.devices("noAffinity"));
+  return [...picked];
 }
 
 /** Groups device ids under each of their NUMA nodes (-1 when none), as the kubelet's checkpoint stores them. */
