@@ -6,11 +6,7 @@
  * and walks a node's devices only until it has taken what it needs,
  * instead of looking every device's nodes up again (topology.ts).
  */
-
-/** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
-export interface DeviceNodes {
-  nodesOf(id: string): readonly number[];
-}
+import type { DeviceList } from "./device-list.ts";
 
 /** The kubelet's fake NUMA node for devices without topology. */
 export const NO_NUMA_NODE = -1;
@@ -18,10 +14,10 @@ export const NO_NUMA_NODE = -1;
 const NO_IDS: readonly string[] = Object.freeze([]);
 
 export class NodeIndex {
-  /** The devices, in UTF-16 code unit order (what `Array.prototype.sort` gives). */
+  /** The healthy devices, in UTF-16 code unit order (what `Array.prototype.sort` gives). */
   readonly sorted: readonly string[];
-  readonly #devices: DeviceNodes;
-  /** Per node, its devices once each, sorted; devices without topology are under NO_NUMA_NODE. */
+  readonly #list: DeviceList;
+  /** Per node, its healthy devices once each, sorted; devices without topology are under NO_NUMA_NODE. */
   readonly #members: ReadonlyMap<number, readonly string[]>;
   /** Per node, how often the devices' topologies name it: a device naming a node twice counts twice, as in the kubelet. */
   readonly #named: ReadonlyMap<number, number>;
@@ -29,15 +25,22 @@ export class NodeIndex {
   /** The few devices on more than one distinct node, with those nodes: only their place in the node order needs choosing. */
   readonly #several: ReadonlyMap<string, readonly number[]>;
 
-  private constructor(sorted: readonly string[], devices: DeviceNodes) {
+  /**
+   * Walks the list by position (its node column, no lookup by id) and sorts
+   * each node's ids; with every device on one node (or none with topology)
+   * that node's ids are `sorted` itself.
+   */
+  private constructor(list: DeviceList, sorted: readonly string[]) {
     this.sorted = sorted;
-    this.#devices = devices;
+    this.#list = list;
     const members = new Map<number, string[]>();
     const named = new Map<number, number>();
     const several = new Map<string, readonly number[]>();
     let withoutTopology = 0;
-    for (const id of sorted) {
-      const nodes = devices.nodesOf(id);
+    for (let i = 0; i < list.size; i++) {
+      if (!list.isHealthy(i)) continue;
+      const id = list.ids[i]!;
+      const nodes = list.nodesAt(i);
       if (nodes.length === 0) withoutTopology++;
       for (const node of nodes) named.set(node, (named.get(node) ?? 0) + 1);
       const distinct = distinctNodes(nodes);
@@ -48,15 +51,20 @@ export class NodeIndex {
         ids.push(id);
       }
     }
-    this.#members = members;
+    if (members.size === 1) {
+      this.#members = new Map([[members.keys().next().value!, sorted]]);
+    } else {
+      for (const ids of members.values()) ids.sort();
+      this.#members = members;
+    }
     this.#named = named;
     this.#withoutTopology = withoutTopology;
     this.#several = several;
   }
 
-  /** An index of `sorted` (distinct ids, sorted), whose nodes `devices` knows. */
-  static of(devices: DeviceNodes, sorted: readonly string[]): NodeIndex {
-    return new NodeIndex(sorted, devices);
+  /** The healthy devices of `list`; `sorted` is their ids sorted, which resources.ts keeps per list. */
+  static of(list: DeviceList, sorted: readonly string[]): NodeIndex {
+    return new NodeIndex(list, sorted);
   }
 
   get size(): number {
@@ -85,7 +93,7 @@ export class NodeIndex {
     for (const id of taken) {
       if (!this.has(id)) continue;
       count--;
-      const nodes = this.#devices.nodesOf(id);
+      const nodes = this.#list.nodesOf(id);
       if (nodes.length === 0) withoutTopology--;
       for (const node of nodes) {
         const left = named.get(node)! - 1;
@@ -107,7 +115,7 @@ export class NodeIndex {
   }
 
   nodesOf(id: string): readonly number[] {
-    return this.#devices.nodesOf(id);
+    return this.#list.nodesOf(id);
   }
 }
 

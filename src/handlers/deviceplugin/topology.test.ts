@@ -10,7 +10,10 @@ function devicesOn(layout: Record<string, number[]>): DeviceList {
 }
 
 /** `available` of `devices` as an allocation sees them: indexed, nothing held. */
-const freeOf = (devices: DeviceList, available: readonly string[]) => NodeIndex.of(devices, [...available].sort()).without(new Set());
+function freeOf(devices: DeviceList, available: readonly string[]) {
+  const healthy = DeviceList.of(available.map((id) => ({ id, healthy: true, numaNodes: devices.nodesOf(id) })));
+  return NodeIndex.of(healthy, healthy.sorted).without(new Set());
+}
 
 function filterByAffinity(devices: DeviceList, available: readonly string[], hint: number[] | null) {
   const split = topology.filterByAffinity(freeOf(devices, available), hint);

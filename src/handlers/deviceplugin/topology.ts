@@ -7,9 +7,14 @@
  * its own (the one with most free devices), as a single-numa-node policy
  * would choose, or none.
  */
-import { NO_NUMA_NODE, type DeviceNodes, type FreeDevices } from "./node-index.ts";
+import { NO_NUMA_NODE, type FreeDevices } from "./node-index.ts";
 
-export { NO_NUMA_NODE, type DeviceNodes } from "./node-index.ts";
+export { NO_NUMA_NODE } from "./node-index.ts";
+
+/** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
+export interface DeviceNodes {
+  nodesOf(id: string): readonly number[];
+}
 
 /** The kubelet's three sets of available devices. */
 export type Affinity = "aligned" | "unaligned" | "noAffinity";
