@@ -1,10 +1,8 @@
 /**
- * Tells HTTP/2 from HTTP/1.1 by a connection's first bytes, and hands the
- * HTTP/2 server a stream that replays them (reference/runtime-notes.md,
- * "gRPC and HTTP/1.1 on one unix socket").
+ * Tells HTTP/2 from HTTP/1.1 by a connection's first bytes; the caller puts
+ * them back into the socket for the server that speaks the protocol.
  */
 import type * as net from "node:net";
-import { Duplex } from "node:stream";
 
 /** Sent by every HTTP/2 client first (RFC 9113 section 3.4). */
 const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -39,30 +37,3 @@ export function routeByPreface(
   socket.once("end", onEnd);
   socket.setTimeout(timeoutMs, () => socket.destroy());
 }
-
-/** A Duplex that first yields `head`, then whatever `socket` receives; writes go to `socket`. */
-export function replayingDuplex(socket: net.Socket, head: Buffer): Duplex {
-  const duplex = new Duplex({
-    read() {
-      socket.resume();
-    },
-    write(chunk: Buffer, _encoding, callback) {
-      socket.write(chunk, (error) => callback(error ?? null));
-    },
-    final(callback) {
-      socket.end(() => callback());
-    },
-    destroy(error, callback) {
-      socket.destroy();
-      callback(error);
-    },
-  });
-  duplex.push(head);
-  socket.on("data", (chunk: Buffer) => {
-    if (!duplex.push(chunk)) socket.pause();
-  });
-  socket.once("end", () => duplex.push(null));
-  socket.once("close", () => duplex.destroy());
-  return duplex;
-}
-
