@@ -8,7 +8,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { startDaemon, startEdgeplug } from "./support/agent-process.ts";
+import { startDaemon, startEdgeplug, writePolicy } from "./support/agent-process.ts";
+import { tempDir } from "./support/temp-dir.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { killAfter } from "./support/child-cleanup.ts";
@@ -38,6 +39,20 @@ test("SIGHUP applies a new policy, and refuses an invalid one keeping the old", 
 
   agent.child.kill("SIGTERM");
   assert.equal((await agent.exited).code, 0, agent.stderr());
+});
+
+test("a SIGHUP sent while the agent starts is a reload once it runs, not the signal's default exit", async (t) => {
+  const policy = writePolicy(tempDir(t));
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  killAfter(t, agent.child);
+  // Logged during the start, before "edgeplug running": what a supervisor that reloads early sees.
+  await agent.waitForLog("api socket serving");
+  agent.child.kill("SIGHUP");
+  await agent.waitForLog("policy reloaded");
+  const order = agent.logs().map((record) => record.msg).filter((msg) => msg === "edgeplug running" || msg === "policy reloaded");
+  assert.deepEqual(order, ["edgeplug running", "policy reloaded"]);
+  agent.child.kill("SIGTERM");
+  assert.deepEqual(await agent.exited, { code: 0, signal: null }, agent.stderr());
 });
 
 test("status --watch prints the snapshot, then each event as it comes", async (t) => {

@@ -109,16 +109,15 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
   const agent = new EdgeplugAgent({ policy, log: io.log });
   // Under systemd (Type=notify): READY=1 once every readiness gate of /readyz is done.
   const notifier = serviceNotifier({ env: process.env, log: io.log });
-  if (!(await started(() => agent.start(), io))) {
-    await notifier?.close(0);
-    return EXIT_FAILURE;
-  }
-  void agent.health.whenReady().then(() => notifier?.ready());
-  // SIGHUP re-reads the policy; reloads run one at a time, in arrival order.
-  let reloads = Promise.resolve();
+  // SIGHUP re-reads the policy; reloads run one at a time, in arrival order, after the start. The handler
+  // is in place before the start, which logs "edgeplug running": a SIGHUP sent on seeing that line (or
+  // earlier) is a reload, never Node's default for the signal, which ends the process.
+  const starting = started(() => agent.start(), io);
+  let reloads = starting.then(() => {});
   const onHangup = () => {
     void notifier?.reloading();
     reloads = reloads.then(async () => {
+      if (!(await starting)) return;
       await reloadPolicy(agent, configPath, io.log);
       // Applied or refused, the reload is over: the agent runs a policy again.
       await agent.health.whenReady();
@@ -127,6 +126,11 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
   };
   process.on("SIGHUP", onHangup);
   try {
+    if (!(await starting)) {
+      await notifier?.close(0);
+      return EXIT_FAILURE;
+    }
+    void agent.health.whenReady().then(() => notifier?.ready());
     if (!io.signal.aborted) await once(io.signal, "abort");
   } finally {
     process.off("SIGHUP", onHangup);
