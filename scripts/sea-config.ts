@@ -15,17 +15,18 @@ export const SEA_EXEC_ARGV: readonly string[] = ["--disable-sigusr1"];
 /**
  * V8 flags the executable always runs with, chosen for a small, flat RSS
  * (`npm run bench -- registration`, README "Memory"):
- * - `--optimize-for-size`: slower heap growth and an eager memory reducer,
- *   which keeps RSS flat over plugin churn instead of growing past 280 MB;
  * - `--max-semi-space-size=2`: a young generation of 2 MiB semi-spaces
  *   instead of up to 16 MiB (1 MiB saved no more).
+ * The daemon adds `--optimize-for-size` once it has started
+ * (src/platform/daemon-v8-flags.ts): from the start, it made V8 reject Node's
+ * code cache of its built-in modules, which every command then compiled.
  * Turning the optimising compilers off too (`--no-opt --no-maglev`) would save
  * another 14 MB, but a burst of 100 registrations then takes about 1.6 times
  * as long as without any flag (1.24 with these), past the 250 ms target.
  * The blob is made under the same flags (scripts/build.ts): V8 rejects a code
  * cache made under other flags.
  */
-export const SEA_V8_FLAGS: readonly string[] = ["--max-semi-space-size=2", "--optimize-for-size"];
+export const SEA_V8_FLAGS: readonly string[] = ["--max-semi-space-size=2"];
 
 /**
  * "cli": NODE_OPTIONS from the environment is ignored, and Node flags are

@@ -9,6 +9,7 @@ import { EdgeplugAgent } from "../agent.ts";
 import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
 import { printable } from "../log/printable.ts";
+import { applyDaemonV8Flags } from "../platform/daemon-v8-flags.ts";
 import { serviceNotifier } from "../platform/sd-notify.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
@@ -106,6 +107,8 @@ async function loadPolicy(configPath: string | undefined, output: "text" | "json
 const NOTIFY_GRACE_MS = 1000;
 
 async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {
+  // Here, once the daemon's modules are loaded and before it allocates: see daemon-v8-flags.ts.
+  applyDaemonV8Flags();
   const agent = new EdgeplugAgent({ policy, log: io.log });
   // Under systemd (Type=notify): READY=1 once every readiness gate of /readyz is done.
   const notifier = serviceNotifier({ env: process.env, log: io.log });
