@@ -70,7 +70,7 @@ test("liveness dials are connect-only: a live plugin sees one GetInfo and one No
   // timer, then this one) before the manager's walk finds it.
   const fake = await startTestPlugin(t, { socketPath: path.join(dir, "p.sock"), info: sensor("acme.io/p"), listenDelayMs: 0 });
   await new Promise((resolve) => setTimeout(resolve, 0));
-  const { manager, status, clock } = await livenessManager(t, dir, 10_000);
+  const { status, clock } = await livenessManager(t, dir, 10_000);
   await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   await operationsEnded();
   for (let pass = 0; pass < 5; pass++) {

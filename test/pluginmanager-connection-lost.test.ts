@@ -61,7 +61,7 @@ test("connectionLost for a plugin the manager does not hold (never registered, o
   const dir = tempDir(t);
   const socket = path.join(dir, "p.sock");
   const { factories, lose, held } = connectionHandler();
-  const { manager, status } = await startManager(t, { watch: [dir] }, { handlers: factories });
+  const { status } = await startManager(t, { watch: [dir] }, { handlers: factories });
   await startTestPlugin(t, { socketPath: socket, info: sensor("acme.io/p") });
   await until(status, (plugins) => plugins[0]?.state === "registered", "registered");
   const plugin = held.get(socket)!;

@@ -10,7 +10,6 @@ import * as path from "node:path";
 import { test } from "node:test";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { createLogger } from "../src/log/logger.ts";
-import type { PluginManager } from "../src/pluginmanager/manager.ts";
 import type { PluginChange, PluginStatusCache } from "../src/api/plugin-status.ts";
 import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import type { FakePlugin, FakePluginOptions } from "./support/fake-plugin.ts";

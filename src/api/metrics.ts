@@ -15,7 +15,6 @@
  * ```
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Logger } from "../log/logger.ts";
 import type { AttemptFailure } from "../pluginmanager/types.ts";
 import { PLUGIN_STATES, type PluginRecord } from "./plugin-status.ts";
 
