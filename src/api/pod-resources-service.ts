@@ -25,7 +25,7 @@ import {
   PodResourcesLister,
   PodResourcesSchema,
 } from "../gen/podresources/v1/api_pb.ts";
-import { NO_NUMA_NODE } from "../handlers/deviceplugin/topology.ts";
+import { NO_NUMA_NODE } from "../handlers/deviceplugin/node-index.ts";
 
 /** The namespace every owner appears in (SPEC.md sections 4 and 5). */
 export const POD_NAMESPACE = "edgeplug";

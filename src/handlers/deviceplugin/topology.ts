@@ -9,8 +9,6 @@
  */
 import { NO_NUMA_NODE, type FreeDevices } from "./node-index.ts";
 
-export { NO_NUMA_NODE } from "./node-index.ts";
-
 /** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
 export interface DeviceNodes {
   nodesOf(id: string): readonly number[];
