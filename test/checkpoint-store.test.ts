@@ -128,6 +128,25 @@ test("a failed write rejects with the path and the next write still works", asyn
   assert.deepEqual(broken.counts, { writes: 1, failures: 1 });
 });
 
+test("writes leave no descriptor open and no temporary file, whether they succeed or fail", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
+  const store = new CheckpointStore({ path: file, log: recordingLog().log });
+  const openDescriptors = () => fs.readdirSync("/proc/self/fd").length;
+  await store.write(devices(1));
+  await store.idle();
+  const before = openDescriptors();
+  for (let i = 0; i < 20; i++) await store.write(devices(i + 2));
+  // A directory where the checkpoint should be: the file is written, its rename fails.
+  fs.rmSync(file);
+  fs.mkdirSync(file);
+  for (let i = 0; i < 5; i++) await assert.rejects(store.write(devices(30 + i)), /cannot write the checkpoint .*EISDIR/);
+  await store.idle();
+  assert.equal(openDescriptors(), before);
+  assert.deepEqual(fs.readdirSync(dir), [KUBELET_CHECKPOINT_NAME]);
+  assert.deepEqual(store.counts, { writes: 21, failures: 5 });
+});
+
 test("restore removes temporary files a crashed writer left, and keeps those of a running one", async (t) => {
   const dir = tempDir(t);
   const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
