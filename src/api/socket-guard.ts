@@ -21,6 +21,7 @@ import { PodResourcesLister } from "../gen/podresources/v1/api_pb.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import type { Logger } from "../log/logger.ts";
+import { messageOf } from "../platform/error-message.ts";
 
 /** Which of edgeplug's sockets is being claimed; it decides the hint in the error. */
 export type SocketRole = "edgeplug-api" | "kubelet-registration";
@@ -65,14 +66,14 @@ export async function claimSocketPath(socketPath: string, options: ClaimOptions)
   try {
     fs.mkdirSync(directory, { recursive: true, mode: options.directoryMode ?? 0o755 });
   } catch (error) {
-    throw new Error(`cannot create directory ${directory} for socket ${socketPath}: ${describe(error)}`);
+    throw new Error(`cannot create directory ${directory} for socket ${socketPath}: ${messageOf(error)}`);
   }
   let stat: fs.Stats;
   try {
     stat = fs.lstatSync(socketPath);
   } catch (error) {
     if (nodeCode(error) === "ENOENT") return;
-    throw new Error(`cannot inspect ${socketPath}: ${describe(error)}`);
+    throw new Error(`cannot inspect ${socketPath}: ${messageOf(error)}`);
   }
   if (!stat.isSocket()) {
     throw new Error(
@@ -103,7 +104,7 @@ function tryConnect(socketPath: string): Promise<Reachability> {
       const code = nodeCode(error);
       if (code === "ECONNREFUSED") resolve("refused");
       else if (code === "ENOENT") resolve("gone");
-      else reject(new Error(`cannot connect to ${socketPath}: ${describe(error)}`));
+      else reject(new Error(`cannot connect to ${socketPath}: ${messageOf(error)}`));
     });
   });
 }
@@ -117,7 +118,7 @@ function removeStale(socketPath: string, seen: fs.Stats): boolean {
     return true;
   } catch (error) {
     if (nodeCode(error) === "ENOENT") return false;
-    throw new Error(`cannot remove stale socket ${socketPath}: ${describe(error)}`);
+    throw new Error(`cannot remove stale socket ${socketPath}: ${messageOf(error)}`);
   }
 }
 
@@ -188,8 +189,4 @@ function fileKind(stat: fs.Stats): string {
 function nodeCode(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === "string" ? code : undefined;
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -18,6 +18,7 @@ import process from "node:process";
 import { createLogger, isLogLevel, type Logger, type LoggerSettings, type LogLevel } from "../log/logger.ts";
 import { printable } from "../log/printable.ts";
 import { PolicyError } from "../policy/errors.ts";
+import { messageOf } from "../platform/error-message.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from "./command.ts";
 import { createHelpCommand, topLevelUsage } from "./help.ts";
@@ -93,7 +94,7 @@ export async function main(argv: string[], env: Partial<MainEnvironment> = {}): 
       return EXIT_USAGE;
     }
     log.error(`edgeplug ${commandName || "command"} failed`, {
-      error: error instanceof Error ? error.message : String(error),
+      error: messageOf(error),
       stack: error instanceof Error ? error.stack : undefined,
     });
     return EXIT_FAILURE;

@@ -13,6 +13,7 @@ import { decideHandler, HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile } from "../pluginmanager/registration.ts";
 import { pluginInfoProblem, RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
 import { classifyRpcError, type RpcFailure } from "../rpc/rpc-error.ts";
+import { messageOf } from "../platform/error-message.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
@@ -94,7 +95,7 @@ export async function probePlugin(socket: string, policy: Policy, handlers: Hand
   try {
     result.info = await connection.getInfo(policy.reconcile.timeouts.getInfoMs);
   } catch (error) {
-    return { ...result, failure: classifyRpcError(error), error: error instanceof Error ? error.message : String(error) };
+    return { ...result, failure: classifyRpcError(error), error: messageOf(error) };
   } finally {
     connection.close();
   }

@@ -18,6 +18,7 @@ import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
+import { messageOf } from "../platform/error-message.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
 import { printable } from "../log/printable.ts";
@@ -74,7 +75,7 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
 
 /** Exit 3, the reason on stderr, and for scripts (`--output json`) still one JSON object on stdout. */
 function cannotStart(error: unknown, io: CommandIO, output: "text" | "json"): number {
-  const reason = error instanceof Error ? error.message : String(error);
+  const reason = messageOf(error);
   io.stderr(printable(`edgeplug: cannot start: ${reason}`) + "\n");
   if (output === "json") io.stdout(JSON.stringify({ schema: REPORT_SCHEMA, ok: false, error: `cannot start: ${reason}` }, null, 2) + "\n");
   return EXIT_CANNOT_START;

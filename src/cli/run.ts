@@ -14,6 +14,7 @@ import { serviceNotifier } from "../platform/sd-notify.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
+import { messageOf } from "../platform/error-message.ts";
 import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
@@ -184,7 +185,7 @@ async function started(start: () => Promise<void>, io: CommandIO): Promise<boole
     await start();
     return true;
   } catch (error) {
-    io.stderr(printable(`edgeplug: cannot start: ${error instanceof Error ? error.message : String(error)}`) + "\n");
+    io.stderr(printable(`edgeplug: cannot start: ${messageOf(error)}`) + "\n");
     return false;
   }
 }

@@ -10,6 +10,7 @@ import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import { pluginToJson, resourceToJson, statusToJson, statusToText } from "../api/status.ts";
 import { printable } from "../log/printable.ts";
 import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";
+import { messageOf } from "../platform/error-message.ts";
 import { installLightHeaders } from "./light-headers.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
@@ -100,7 +101,7 @@ function describe(error: unknown): string {
   const kind = classifyRpcError(error);
   if (kind === "missing") return "no socket there (is the agent running?)";
   if (kind === "stale") return "connection refused (stale socket: the agent is not running)";
-  return error instanceof Error ? error.message : String(error);
+  return messageOf(error);
 }
 
 /** One JSON object per event: the snapshot as SPEC JSON, changes by kind. */

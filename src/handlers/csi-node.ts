@@ -8,6 +8,7 @@ import { createClient } from "@connectrpc/connect";
 import { Identity, Node, NodeServiceCapability_RPC_TypeSchema } from "../gen/csi/v1/csi_pb.ts";
 import type { Logger } from "../log/logger.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
+import { messageOf } from "../platform/error-message.ts";
 
 /** What `status` shows of a registered CSI driver. */
 export interface CsiNodeInfo {
@@ -108,8 +109,4 @@ function checkedTopology(segments: Record<string, string>, endpoint: string): Re
 function capabilityName(type: number | undefined): string {
   if (type === undefined) return "UNKNOWN";
   return NodeServiceCapability_RPC_TypeSchema.values.find((value) => value.number === type)?.name ?? `UNKNOWN(${type})`;
-}
-
-export function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -12,7 +12,8 @@ import { CsiDriverStatusSchema, type CsiDriverStatus } from "../gen/edgeplug/v1/
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
-import { queryCsiNode, messageOf, type CsiNodeInfo } from "./csi-node.ts";
+import { messageOf } from "../platform/error-message.ts";
+import { queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
 
 export interface CsiDriversOptions {

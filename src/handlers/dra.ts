@@ -16,6 +16,7 @@ import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
+import { messageOf } from "../platform/error-message.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
 export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;
@@ -196,8 +197,4 @@ function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
     signal.addEventListener("abort", onAbort, { once: true });
     promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -12,10 +12,11 @@ import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { messageOf } from "../platform/error-message.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
 import { PLUGIN_INFO_LIMITS, pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "./registration-client.ts";
 import { type ActualStateOfWorld, type DesiredSocket, inodeOf, type RegisteredPlugin } from "./state-of-world.ts";
-import { type AttemptFailure, type Failure, messageOf } from "./types.ts";
+import type { AttemptFailure, Failure } from "./types.ts";
 
 /** How one attempt ended; `info` is null until GetInfo answered. `aborted`: the socket went away or the manager is stopping. */
 export type AttemptOutcome =

@@ -1,6 +1,7 @@
 /** The plugin manager's vocabulary: attempts, failure reasons and the handler contract. */
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
+import { messageOf } from "../platform/error-message.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
 
 /** How one registration attempt ended; `aborted`: the socket went away or the manager is stopping. */
@@ -61,10 +62,6 @@ export interface HandlerContext {
 export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
 /** This build's handler factories, handed in by the composition root (src/agent.ts). */
 export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
-
-export function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 /** Observers and listeners must not break registration: a throw is logged. */
 export function guarded(log: Logger, message: string, call: () => void, fields: Record<string, unknown> = {}): void {

@@ -13,8 +13,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Logger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
+import { messageOf } from "../platform/error-message.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
-import { messageOf } from "./types.ts";
 
 /** The reads the watcher decides with. Tests inject EMFILE or EIO here, which root cannot provoke; sockets and inotify stay real. */
 export interface WatcherFileSystem {

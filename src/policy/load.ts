@@ -23,6 +23,7 @@
 import { Buffer } from "node:buffer";
 import { open, stat } from "node:fs/promises";
 import { Composer, isAlias, isMap, LineCounter, visit, YAMLParseError, type CST, type Document } from "yaml";
+import { messageOf } from "../platform/error-message.ts";
 import { defaultPolicyData, EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
 import { toPolicy, type FilledPolicy } from "./effective.ts";
 import { PolicyError, type PolicyIssue } from "./errors.ts";
@@ -129,7 +130,7 @@ export async function loadPolicyFile(path: string, observer: LoadObserver = {}):
   try {
     bytes = await readBounded(path);
   } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = messageOf(error);
     throw new PolicyError([fileIssue(path, `cannot read the policy file: ${reason}`)]);
   }
   if (bytes.length > MAX_POLICY_BYTES) throw tooLarge(path, undefined);

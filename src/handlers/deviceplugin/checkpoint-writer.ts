@@ -12,6 +12,7 @@
  */
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
+import { messageOf } from "../../platform/error-message.ts";
 import type { CheckpointData, DeviceStateStore } from "./pod-devices.ts";
 
 /** One write's outcome, for metrics. */
@@ -151,7 +152,7 @@ export class CheckpointWriter {
 
   #failed(error: unknown, seconds: number): void {
     const { stats } = this;
-    const message = error instanceof Error ? error.message : String(error);
+    const message = messageOf(error);
     const fields = { error: message, retryInMs: this.#retryMs };
     if (stats.lastError === null) this.#options.log.error("checkpoint write failed; retrying", fields);
     else this.#options.log.debug("checkpoint write failed again", fields);

@@ -14,6 +14,7 @@
  */
 import { Buffer } from "node:buffer";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { messageOf } from "../../platform/error-message.ts";
 import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
 import { Columns, type DeviceList, NO_NODES, withNode } from "./device-list.ts";
 
@@ -54,7 +55,7 @@ export function readDeviceList(encoded: readonly Uint8Array[], maxDevices: numbe
       reader!.pos = bytes.byteOffset;
       readDevice(reader!, whole!, bytes.byteOffset + bytes.byteLength, fields);
     } catch (error) {
-      return `device ${i} of the list cannot be read: ${error instanceof Error ? error.message : String(error)}`;
+      return `device ${i} of the list cannot be read: ${messageOf(error)}`;
     }
     const { id } = fields;
     if (fields.suspect || id === "" || id.length > MAX_DEVICE_ID_LENGTH) {

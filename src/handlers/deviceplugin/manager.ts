@@ -17,6 +17,7 @@ import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/age
 import type { Logger } from "../../log/logger.ts";
 import { systemClock } from "../../platform/clock.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
+import { messageOf } from "../../platform/error-message.ts";
 import { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { DeviceEvents } from "./device-events.ts";
 import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
@@ -142,7 +143,7 @@ export class DeviceManager {
       await endpoint.connect(options.signal);
     } catch (error) {
       endpoint.close();
-      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${error instanceof Error ? error.message : String(error)}`);
+      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${messageOf(error)}`);
     }
     if (this.#stopped) {
       endpoint.close();

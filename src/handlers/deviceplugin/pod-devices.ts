@@ -6,6 +6,7 @@
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
+import { messageOf } from "../../platform/error-message.ts";
 
 /** The checkpoint module's entry (HELPERS.md contract), repeated here so this file does not depend on it. */
 export interface PodDevicesEntry {
@@ -106,7 +107,7 @@ export class PodDevices {
       try {
         response = fromBinary(ContainerAllocateResponseSchema, entry.allocResp);
       } catch (error) {
-        skipped.push(`${entry.podUID}/${entry.containerName}/${entry.resourceName}: ${error instanceof Error ? error.message : String(error)}`);
+        skipped.push(`${entry.podUID}/${entry.containerName}/${entry.resourceName}: ${messageOf(error)}`);
         continue;
       }
       this.add({ owner: entry.podUID, container: entry.containerName, resource: entry.resourceName, byNode: entry.deviceIDs, response });

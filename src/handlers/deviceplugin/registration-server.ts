@@ -17,6 +17,7 @@ import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
+import { messageOf } from "../../platform/error-message.ts";
 import { sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
@@ -39,7 +40,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   try {
     fs.mkdirSync(directory, { recursive: true, mode: 0o750 });
   } catch (error) {
-    throw new Error(`cannot create the device-plugin directory ${directory}: ${describe(error)}`);
+    throw new Error(`cannot create the device-plugin directory ${directory}: ${messageOf(error)}`);
   }
   await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
   await removeStaleSockets(directory, socketPath, log);
@@ -60,7 +61,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         try {
           await manager.connect(request.resourceName, endpoint, { signal: context.signal });
         } catch (error) {
-          refuse(describe(error), Code.Unavailable);
+          refuse(messageOf(error), Code.Unavailable);
         }
         log.info("device plugin registered", fields);
         return {};
@@ -97,7 +98,7 @@ async function removeStaleSockets(directory: string, registrationSocket: string,
   try {
     names = fs.readdirSync(directory);
   } catch (error) {
-    throw new Error(`cannot read the device-plugin directory ${directory}: ${describe(error)}`);
+    throw new Error(`cannot read the device-plugin directory ${directory}: ${messageOf(error)}`);
   }
   await Promise.all(
     names.map(async (name) => {
@@ -116,7 +117,7 @@ async function removeStaleSockets(directory: string, registrationSocket: string,
         fs.unlinkSync(file);
         log.info("removed stale device plugin socket", { socket: file });
       } catch (error) {
-        log.warn("cannot remove stale device plugin socket", { socket: file, error: describe(error) });
+        log.warn("cannot remove stale device plugin socket", { socket: file, error: messageOf(error) });
       }
     }),
   );
@@ -133,8 +134,4 @@ function refusesConnections(socketPath: string): Promise<boolean> {
     socket.once("connect", () => done(false));
     socket.once("error", (error) => done((error as { code?: string }).code === "ECONNREFUSED"));
   });
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
