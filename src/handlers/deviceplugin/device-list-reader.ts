@@ -10,9 +10,11 @@
  * 1 `ID` string, 2 `health` string, 3 `topology` TopologyInfo
  * {1 repeated NUMANode {1 `ID` int64}}. Unknown fields are skipped, a
  * repeated scalar field keeps its last value and a repeated message field
- * is merged, as any protobuf reader does.
+ * is merged, as any protobuf reader does; a string that is not UTF-8 and a
+ * tag of field number 0 are refused, as protobuf decoders refuse them (a
+ * test holds the reader to protobuf-es on thousands of damaged lists).
  */
-import { Buffer } from "node:buffer";
+import { Buffer, isUtf8 } from "node:buffer";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { messageOf } from "../../platform/error-message.ts";
 import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
@@ -94,7 +96,7 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: De
   while (reader.pos < end) {
     // The tag by hand: reader.tag() allocates a pair for every field of 100,000 devices.
     const tag = reader.uint32();
-    const field = tag >>> 3;
+    const field = fieldNumber(tag);
     const wireType = tag & 7;
     if (field === 1) {
       // Decoded from the message's buffer in place: reader.string() makes a view of every id's bytes first.
@@ -108,6 +110,9 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: De
         if (byte < 0x20 || byte === 0x7f) suspect = true;
         else if (byte > 0x7f) ascii = false;
       }
+      // A proto3 string must be UTF-8, as every protobuf decoder (the kubelet's too) insists;
+      // decoding anyway would replace bytes and name a device the plugin does not know.
+      if (!ascii && !isUtf8(bytes.subarray(from, reader.pos))) throw new Error("its ID is not valid UTF-8");
       id = bytes.toString(ascii ? "latin1" : "utf8", from, reader.pos);
     } else if (field === 2) {
       // Only "Healthy" matters (anything else is unhealthy): compared in place, no string made.
@@ -115,6 +120,7 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: De
       const from = reader.pos;
       reader.pos = subEndAt(from, length, end);
       healthy = isHealthy(bytes, from, length);
+      if (!healthy && !isAsciiOrUtf8(bytes, from, reader.pos)) throw new Error("its health is not valid UTF-8");
     } else if (field === 3) {
       numaNodes = readTopology(reader, bytes, subEnd(lengthDelimited(reader, field, wireType), end), numaNodes);
     } else {
@@ -126,6 +132,12 @@ function readDevice(reader: BinaryReader, bytes: Buffer, end: number, fields: De
   fields.healthy = healthy;
   fields.numaNodes = numaNodes;
   fields.suspect = suspect;
+}
+
+/** ASCII is checked in place: a native call for each of 100,000 "Unhealthy" would cost more than the list. */
+function isAsciiOrUtf8(bytes: Uint8Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (bytes[i]! > 0x7f) return isUtf8(bytes.subarray(from, to));
+  return true;
 }
 
 const HEALTHY_BYTES = new TextEncoder().encode(HEALTHY);
@@ -141,7 +153,7 @@ function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: r
   let result = nodes;
   while (reader.pos < end) {
     const tag = reader.uint32();
-    const field = tag >>> 3;
+    const field = fieldNumber(tag);
     const wireType = tag & 7;
     if (field !== 1) {
       reader.skip(wireType, field);
@@ -151,7 +163,7 @@ function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: r
     let id = 0;
     while (reader.pos < nodeEnd) {
       const nodeTag = reader.uint32();
-      const nodeField = nodeTag >>> 3;
+      const nodeField = fieldNumber(nodeTag);
       const nodeWireType = nodeTag & 7;
       if (nodeField !== 1) reader.skip(nodeWireType, nodeField);
       else if (nodeWireType !== WireType.Varint) throw new Error(`NUMANode field 1 has wire type ${nodeWireType}, not varint`);
@@ -162,6 +174,13 @@ function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: r
     result = withNode(result, id);
   }
   return result;
+}
+
+/** A tag's field number; 0 is no field, and protobuf decoders refuse it. */
+function fieldNumber(tag: number): number {
+  const field = tag >>> 3;
+  if (field === 0) throw new Error(`illegal tag: field number 0 (wire type ${tag & 7})`);
+  return field;
 }
 
 /** Reads a length prefix; the end of what it delimits, which must lie within `outer`. */

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { test } from "node:test";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
@@ -84,6 +85,62 @@ test("a malformed device, a bad id, a duplicate or too many devices refuse the w
   assert.match(String(readDeviceList(list("a", "b\u0001"), 10)), /contains a control character/);
   assert.match(String(readDeviceList(list("a", "a"), 10)), /device ID "a" is listed twice/);
   assert.match(String(readDeviceList(list("a", "b", "c"), 2)), /device list of 3 devices exceeds security\.maxDevicesPerResource \(2\)/);
+});
+
+test("an ID or health that is not UTF-8, or a tag with field number 0, refuses the message, as protobuf decoders do", () => {
+  const one = (device: Uint8Array) => view(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(device).finish());
+  const field = (number: number, bytes: number[]) => new BinaryWriter().tag(number, WireType.LengthDelimited).bytes(new Uint8Array(bytes)).finish();
+  const concat = (...parts: Uint8Array[]) => new Uint8Array(parts.flatMap((part) => [...part]));
+  // "gpu" then a lone continuation byte, and then an overlong encoding of "/".
+  assert.equal(readDeviceList(one(field(1, [0x67, 0x70, 0x75, 0x80])), 10), "device 0 of the list cannot be read: its ID is not valid UTF-8");
+  assert.equal(readDeviceList(one(field(1, [0xc0, 0xaf])), 10), "device 0 of the list cannot be read: its ID is not valid UTF-8");
+  assert.equal(readDeviceList(one(concat(field(1, [0x61]), field(2, [0x48, 0xff]))), 10), "device 0 of the list cannot be read: its health is not valid UTF-8");
+  assert.equal(readDeviceList(one(concat(field(1, [0x61]), field(0, [0x61]))), 10), "device 0 of the list cannot be read: illegal tag: field number 0 (wire type 2)");
+  // Valid UTF-8 beyond ASCII, in the ID and in the health, is read as it is.
+  const accepted = readDeviceList(one(concat(field(1, [...new TextEncoder().encode("gpü-0")]), field(2, [...new TextEncoder().encode("kaputt-ö")]))), 10);
+  assert.ok(typeof accepted !== "string", String(accepted));
+  assert.deepEqual(accepted.devices(), [{ id: "gpü-0", healthy: false, numaNodes: [] }]);
+});
+
+test("whatever list is accepted from damaged bytes, protobuf-es decodes the same bytes to the same devices", () => {
+  // A small xorshift, so that a failure names a seed that reproduces it.
+  let state = 20261202;
+  const random = () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) / 2 ** 32;
+  };
+  const sorted = (devices: { id: string; healthy: boolean; numaNodes: readonly number[] }[]) =>
+    devices.map((d) => ({ ...d, numaNodes: [...new Set(d.numaNodes)].sort((a, b) => a - b) })).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  let accepted = 0;
+  for (let trial = 0; trial < 4000; trial++) {
+    const devices = Array.from({ length: 1 + Math.floor(random() * 4) }, (_, i) => ({
+      ID: `dev-${i}-${Math.floor(random() * 1000)}`,
+      health: random() < 0.5 ? "Healthy" : "Unhealthy",
+      topology: { nodes: Array.from({ length: Math.floor(random() * 3) }, () => ({ ID: BigInt(Math.floor(random() * 300) - 2) })) },
+    }));
+    const bytes = [...toBinary(ListAndWatchResponseSchema, create(ListAndWatchResponseSchema, { devices }))];
+    for (let change = 1 + Math.floor(random() * 3); change > 0; change--) {
+      const at = Math.floor(random() * bytes.length);
+      const kind = random();
+      if (kind < 0.5) bytes[at] = Math.floor(random() * 256);
+      else if (kind < 0.75) bytes.splice(at, 1);
+      else bytes.splice(at, 0, Math.floor(random() * 256));
+    }
+    const damaged = new Uint8Array(bytes);
+    let devicesView: Uint8Array[];
+    try {
+      devicesView = view(damaged);
+    } catch {
+      continue; // not even a ListAndWatchResponse: the stream fails in Connect's decoding
+    }
+    const read = readDeviceList(devicesView, 1000);
+    if (typeof read === "string") continue;
+    accepted++;
+    assert.deepEqual(sorted(read.devices()), sorted(reference(damaged)), `trial ${trial}: ${Buffer.from(damaged).toString("hex")}`);
+  }
+  assert.ok(accepted > 200, `only ${accepted} damaged lists were accepted: the trials test little`);
 });
 
 test("a list sent again unchanged is recognised from its bytes", () => {
