@@ -47,6 +47,8 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
   const outside = await devicePlugin(t, path.join(dir, "outside.sock"));
   fs.symlinkSync(path.join(pluginsDir, "gpu.sock"), path.join(pluginsDir, "link.sock"));
   fs.writeFileSync(path.join(pluginsDir, "file.sock"), "");
+  // A plugin that may write in the directory links a subdirectory to one where another plugin's socket is.
+  fs.symlinkSync(dir, path.join(pluginsDir, "elsewhere"));
   const cases: [string, string, RegExp][] = [
     ["../outside.sock", "acme.io/a", /endpoint "\.\.\/outside\.sock" escapes the device-plugin directory/],
     [outside.socketPath, "acme.io/b", /escapes the device-plugin directory/],
@@ -54,6 +56,7 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
     ["file.sock", "acme.io/d", /is not a unix socket/],
     ["missing.sock", "acme.io/e", /no socket at .*missing\.sock/],
     ["kubelet.sock", "acme.io/f", /is the registration socket itself/],
+    ["elsewhere/outside.sock", "acme.io/j", /endpoint "elsewhere\/outside\.sock" leads out of the device-plugin directory .* through a symbolic link/],
     ["gpu.sock", "acme.io/g", /is the socket of device plugin acme\.io\/gpu; each resource registers its own socket/],
     ["bad\nname.sock", "acme.io/h", /contains a control character/],
     ["", "acme.io/i", /endpoint is empty/],
@@ -70,7 +73,7 @@ function watchedPolicy(dir: string): Policy {
   return { ...base, api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: null } };
 }
 
-test("watched directory: an endpoint elsewhere is dialled as the kubelet does; another plugin's socket, a link, a stranger's socket or edgeplug's own are refused", async (t) => {
+test("watched directory: an endpoint elsewhere is dialled as the kubelet does; another plugin's socket, a link, a stranger's socket or edgeplug's own are refused, also when named through a linked directory", async (t) => {
   const dir = tempDir(t);
   const policy = watchedPolicy(dir);
   const registry = policy.watch[0]!.path;
@@ -108,6 +111,17 @@ test("watched directory: an endpoint elsewhere is dialled as the kubelet does; a
   fs.chownSync(stranger.socketPath, 4242, 4242);
   const strangers = await watched("strangers.sock", "acme.io/stranger", stranger.socketPath);
   assert.match(errorOf(strangers), /is owned by uid 4242, not in security\.socketOwners/);
+  // The same sockets named through symbolic links to their directories (anyone can make one in /tmp).
+  fs.symlinkSync(registry, path.join(dir, "registry-link"));
+  const viaLink = await watched("via-link.sock", "acme.io/via-link", path.join(dir, "registry-link", "good.sock"));
+  assert.match(errorOf(viaLink), /endpoint ".*\/registry\/good\.sock" is in a watched directory but is not this plugin's registration socket/);
+  fs.symlinkSync(path.join(dir, "vendor"), path.join(dir, "vendor-link"));
+  const twiceViaLink = await watched("twice-link.sock", "acme.io/twice-link", path.join(dir, "vendor-link", "gpu.sock"));
+  assert.match(errorOf(twiceViaLink), /is the socket of device plugin acme\.io\/gpu; each resource registers its own socket/);
+  const apiViaLink = path.join(dir, "api-link");
+  fs.symlinkSync(dir, apiViaLink);
+  const ownViaLink = await watched("api-link.sock", "acme.io/api-link", path.join(apiViaLink, "api.sock"));
+  assert.match(errorOf(ownViaLink), /is one of edgeplug's own sockets/);
   assert.deepEqual(agent.devices.resources().map((r) => r.name), [R], "only the good plugin has a resource");
 });
 

@@ -32,11 +32,31 @@ export interface WatchedEndpointRules {
   ownSockets: readonly string[];
 }
 
-/** Why a watched-directory plugin's endpoint may not be dialled, or null. */
+/**
+ * `socket` with the symbolic links of its directories resolved, so that one
+ * socket has one name whichever linked directory a plugin names it through
+ * (anyone may link to a watched directory from /tmp). The last component is
+ * not followed: a link there is refused. As given when its directory is gone.
+ */
+export function canonicalSocketPath(socket: string): string {
+  return path.join(canonicalDirectory(path.dirname(socket)), path.basename(socket));
+}
+
+/** `dir` with its symbolic links resolved, or as given when it does not exist. */
+export function canonicalDirectory(dir: string): string {
+  try {
+    return fs.realpathSync(dir);
+  } catch {
+    return dir;
+  }
+}
+
+/** Why a watched-directory plugin's endpoint (a {@link canonicalSocketPath}) may not be dialled, or null. */
 export function watchedEndpointRefusal(endpoint: string, registrationSocket: string, rules: WatchedEndpointRules): string | null {
   const quoted = JSON.stringify(endpoint);
-  if (rules.ownSockets.includes(endpoint)) return `endpoint ${quoted} is one of edgeplug's own sockets`;
-  if (endpoint !== registrationSocket && rules.watchDirs.some((dir) => isInside(endpoint, dir))) {
+  if (rules.ownSockets.some((own) => canonicalSocketPath(own) === endpoint)) return `endpoint ${quoted} is one of edgeplug's own sockets`;
+  const watchDirs = rules.watchDirs.map(canonicalDirectory);
+  if (endpoint !== canonicalSocketPath(registrationSocket) && watchDirs.some((dir) => isInside(endpoint, dir))) {
     return `endpoint ${quoted} is in a watched directory but is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
   }
   return socketFileRefusal(endpoint) ?? ownerRefusal(endpoint, rules.socketOwners);
@@ -75,5 +95,6 @@ function ownerRefusal(socket: string, owners: readonly number[]): string | null 
 
 function isInside(file: string, dir: string): boolean {
   const relative = path.relative(dir, file);
-  return relative !== "" && !relative.startsWith("..") && !path.isAbsolute(relative);
+  // "..sock" is inside; "../x" and ".." are not.
+  return relative !== "" && relative !== ".." && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative);
 }

@@ -9,6 +9,7 @@
 import * as path from "node:path";
 import type { PluginHandler, PluginRegistration } from "../../pluginmanager/types.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
+import { canonicalSocketPath } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { validationRefusal } from "./names.ts";
 
@@ -54,5 +55,5 @@ export class DevicePluginHandler implements PluginHandler {
 
 /** The DevicePlugin socket: the endpoint as given, a relative one taken from the registration socket's directory. */
 function endpointPath(plugin: PluginRegistration): string {
-  return path.resolve(path.dirname(plugin.socket), plugin.endpoint);
+  return canonicalSocketPath(path.resolve(path.dirname(plugin.socket), plugin.endpoint));
 }

@@ -18,7 +18,7 @@ import type { Logger } from "../../log/logger.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { messageOf } from "../../platform/error-message.ts";
-import { sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
+import { canonicalDirectory, canonicalSocketPath, sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
 
@@ -84,8 +84,14 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
     return { refused: `endpoint ${quoted} escapes the device-plugin directory ${directory}` };
   }
   if (resolved === registrationSocket) return { refused: `endpoint ${quoted} is the registration socket itself` };
-  const refused = socketFileRefusal(resolved);
-  return refused ? { refused } : resolved;
+  // A plugin that may write in the directory (most run as root there) could link a subdirectory elsewhere.
+  const canonical = canonicalSocketPath(resolved);
+  const canonicalRelative = path.relative(canonicalDirectory(directory), canonical);
+  if (canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)) {
+    return { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` };
+  }
+  const refused = socketFileRefusal(canonical);
+  return refused ? { refused } : canonical;
 }
 
 /**
