@@ -8,6 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { chooseService, DraDrivers } from "../src/handlers/dra.ts";
 import type { PluginRegistration } from "../src/pluginmanager/types.ts";
@@ -93,7 +94,7 @@ test("two instances of a driver: the newest connected is preferred; one dying le
   assert.equal(drivers.details(old.socket, DRIVER)?.instances, 0);
 });
 
-test("the same endpoint registered by a second socket is refused", async (t) => {
+test("the same endpoint registered by a second socket is refused, also when named through a linked directory", async (t) => {
   const dir = tempDir(t);
   const service = await startDraService(path.join(dir, "dra.sock"));
   t.after(() => service.close());
@@ -103,6 +104,12 @@ test("the same endpoint registered by a second socket is refused", async (t) => 
   await handler.registerPlugin(draPlugin(dir, "reg-1.sock", service.socketPath), signal());
   await assert.rejects(handler.validatePlugin(draPlugin(dir, "reg-2.sock", service.socketPath), signal()), {
     message: `endpoint ${service.socketPath} already registered for DRA driver plugin ${DRIVER}`,
+  });
+  // The same socket through a link to its directory is the same endpoint.
+  fs.symlinkSync(dir, path.join(dir, "linked"));
+  const linked = path.join(dir, "linked", path.basename(service.socketPath));
+  await assert.rejects(handler.validatePlugin(draPlugin(dir, "reg-3.sock", linked), signal()), {
+    message: `endpoint ${linked} already registered for DRA driver plugin ${DRIVER}`,
   });
 });
 

@@ -16,6 +16,7 @@ import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
+import { canonicalSocketPath } from "../platform/canonical-path.ts";
 import { messageOf } from "../platform/error-message.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
@@ -125,9 +126,11 @@ export class DraDrivers {
 
   /** The kubelet refuses a second registration of an endpoint; so does edgeplug, whichever driver holds it. */
   #refuseTakenEndpoint(plugin: PluginRegistration): void {
+    // Compared by real path: the same socket named through a linked directory is the same endpoint.
+    const endpoint = canonicalSocketPath(plugin.endpoint);
     for (const [driver, instances] of this.#drivers) {
       for (const instance of instances.values()) {
-        if (instance.plugin.endpoint === plugin.endpoint && instance.plugin.socket !== plugin.socket) {
+        if (canonicalSocketPath(instance.plugin.endpoint) === endpoint && instance.plugin.socket !== plugin.socket) {
           throw new Error(`endpoint ${plugin.endpoint} already registered for DRA driver plugin ${driver}`);
         }
       }

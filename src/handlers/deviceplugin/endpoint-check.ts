@@ -22,6 +22,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
 
 export interface WatchedEndpointRules {
   /** security.socketOwners */
@@ -33,25 +34,10 @@ export interface WatchedEndpointRules {
 }
 
 /**
- * `socket` with the symbolic links of its directories resolved, so that one
- * socket has one name whichever linked directory a plugin names it through
- * (anyone may link to a watched directory from /tmp). The last component is
- * not followed: a link there is refused. As given when its directory is gone.
+ * Why a watched-directory plugin's endpoint may not be dialled, or null.
+ * `endpoint` is a canonicalSocketPath: a socket named through a linked
+ * directory is judged by its real place.
  */
-export function canonicalSocketPath(socket: string): string {
-  return path.join(canonicalDirectory(path.dirname(socket)), path.basename(socket));
-}
-
-/** `dir` with its symbolic links resolved, or as given when it does not exist. */
-export function canonicalDirectory(dir: string): string {
-  try {
-    return fs.realpathSync(dir);
-  } catch {
-    return dir;
-  }
-}
-
-/** Why a watched-directory plugin's endpoint (a {@link canonicalSocketPath}) may not be dialled, or null. */
 export function watchedEndpointRefusal(endpoint: string, registrationSocket: string, rules: WatchedEndpointRules): string | null {
   const quoted = JSON.stringify(endpoint);
   if (rules.ownSockets.some((own) => canonicalSocketPath(own) === endpoint)) return `endpoint ${quoted} is one of edgeplug's own sockets`;

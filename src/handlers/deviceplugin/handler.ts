@@ -7,9 +7,9 @@
  * plugin's endpoint; DeRegisterPlugin disconnects it without dialling.
  */
 import * as path from "node:path";
+import { canonicalSocketPath } from "../../platform/canonical-path.ts";
 import type { PluginHandler, PluginRegistration } from "../../pluginmanager/types.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
-import { canonicalSocketPath } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { validationRefusal } from "./names.ts";
 

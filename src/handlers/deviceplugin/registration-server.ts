@@ -17,8 +17,9 @@ import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
+import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
 import { messageOf } from "../../platform/error-message.ts";
-import { canonicalDirectory, canonicalSocketPath, sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
+import { sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
 
