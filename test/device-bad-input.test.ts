@@ -5,10 +5,13 @@
  * losing the plugin's last good list.
  */
 import assert from "node:assert/strict";
+import { once } from "node:events";
 import * as fs from "node:fs";
+import * as net from "node:net";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { EdgeplugAgent } from "../src/agent.ts";
+import type { ListenerLimits } from "../src/api/limits.ts";
 import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
 import { MAX_LIST_MESSAGE_BYTES } from "../src/handlers/deviceplugin/names.ts";
 import { serveRegistration } from "../src/handlers/deviceplugin/registration-server.ts";
@@ -21,12 +24,12 @@ import { tempDir } from "./support/temp-dir.ts";
 const quiet = createLogger({ level: "error", write: () => {} });
 const R = "acme.io/gpu";
 
-async function registrationServer(t: TestContext) {
+async function registrationServer(t: TestContext, limits?: ListenerLimits) {
   const dir = tempDir(t);
   const pluginsDir = path.join(dir, "device-plugins");
   const devices = new DeviceManager({ log: quiet, gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
   const socketPath = path.join(pluginsDir, "kubelet.sock");
-  const server = await serveRegistration({ socketPath, manager: devices, log: quiet });
+  const server = await serveRegistration({ socketPath, manager: devices, log: quiet, limits });
   t.after(async () => {
     await server.close();
     await devices.stop();
@@ -66,6 +69,28 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
     assert.equal(devices.resource(resource), undefined, `${resource} is not recorded`);
   }
   assert.deepEqual(devices.resources().map((r) => [r.name, r.allocatable, r.connected]), [[R, 1, true]], "the registered plugin is untouched");
+});
+
+test("Register's socket holds clients to limits: connections over the cap and idle ones are closed, an oversized request is refused", async (t) => {
+  const { socketPath } = await registrationServer(t, { maxConnections: 3, idleTimeoutMs: 300, requestBodyTimeoutMs: 1000, maxRequestBodyBytes: 1024 });
+  const open = async () => {
+    const socket = net.createConnection(socketPath);
+    t.after(() => socket.destroy());
+    socket.on("error", () => {});
+    await once(socket, "connect");
+    return { socket, closed: once(socket, "close") };
+  };
+  const held = [await open(), await open(), await open()];
+  const extra = await open();
+  await extra.closed; // over the cap: closed at once, while the three stay
+  assert.equal(held.some(({ socket }) => socket.destroyed), false);
+  // None of the three sends anything: each is closed once idle, which frees the cap.
+  await Promise.all(held.map(({ closed }) => closed));
+  await assert.rejects(registerDevicePlugin(socketPath, { endpoint: "x".repeat(2000), resource_name: R }), (error: Error & { code?: number }) => {
+    assert.equal(error.code, 8, error.message); // RESOURCE_EXHAUSTED: the message is not read
+    return true;
+  });
+  await assert.rejects(registerDevicePlugin(socketPath, { endpoint: "missing.sock", resource_name: R }), /no socket at/, "a request within the bounds is served");
 });
 
 function watchedPolicy(dir: string): Policy {

@@ -60,6 +60,18 @@ export const METRICS_LISTENER_LIMITS: ListenerLimits = {
   maxRequestBodyBytes: 64 * 1024,
 };
 
+/**
+ * The device-plugin registration socket (devicePlugins.registrationSocket):
+ * each plugin makes one short Register call when it starts, whose request
+ * holds a version, a socket file name, a resource name and two flags.
+ */
+export const REGISTRATION_SOCKET_LIMITS: ListenerLimits = {
+  maxConnections: 64,
+  idleTimeoutMs: 10_000,
+  requestBodyTimeoutMs: 10_000,
+  maxRequestBodyBytes: 64 * 1024,
+};
+
 /** The kubelet's pod-resources limit (100 qps, burst 10), per connection; ten times that for the whole socket. */
 export const API_RATE_LIMITS: ApiRateLimits = {
   perConnection: { perSecond: 100, burst: 10 },

@@ -14,7 +14,7 @@
  * ```
  */
 import * as fs from "node:fs";
-import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS } from "../api/limits.ts";
+import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS, REGISTRATION_SOCKET_LIMITS } from "../api/limits.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 
@@ -59,7 +59,8 @@ export function logDescriptorLimit(log: Logger, policy: Policy, limit = readDesc
   const needed = descriptorsNeeded({
     listenerConnections:
       (policy.api.socket === null ? 0 : API_SOCKET_LIMITS.maxConnections) +
-      (policy.api.metrics === null ? 0 : METRICS_LISTENER_LIMITS.maxConnections),
+      (policy.api.metrics === null ? 0 : METRICS_LISTENER_LIMITS.maxConnections) +
+      (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections),
     maxPlugins: policy.security.maxPlugins,
   });
   const fields = { soft: limit.soft, hard: limit.hard, needed };

@@ -3,6 +3,7 @@
  * own sockets and by tests that play the kubelet's side.
  */
 import * as http2 from "node:http2";
+import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { withPortableGrpcMessage } from "./grpc-message.ts";
@@ -17,34 +18,53 @@ export interface UnixServer extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** Hooks by which a listener bounds its clients (src/handlers/deviceplugin/registration-server.ts uses them). */
+export interface ServeUnixOptions {
+  /** Each accepted connection: call `serve` to hand it to HTTP/2 (when it has shown to be HTTP/2), or destroy it. */
+  accept?: (socket: net.Socket, serve: (socket: net.Socket) => void) => void;
+  onSession?: (session: http2.ServerHttp2Session) => void;
+  /** Before Connect sees a request: false when it has answered the request itself. */
+  onRequest?: (request: http2.Http2ServerRequest, response: http2.Http2ServerResponse) => boolean;
+  /** Largest request message Connect reads (its default is 4 GiB). */
+  readMaxBytes?: number;
+  /** On close, with the sessions: for connections `accept` holds that never reached HTTP/2. */
+  onClose?: () => void;
+}
+
 /**
  * Listens on `socketPath` (which must not exist) and serves `routes` with the
  * gRPC protocol (and the Connect protocol) over HTTP/2 without TLS.
  */
-export async function serveUnix(socketPath: string, routes: (router: ConnectRouter) => void): Promise<UnixServer> {
+export async function serveUnix(socketPath: string, routes: (router: ConnectRouter) => void, options: ServeUnixOptions = {}): Promise<UnixServer> {
+  const { accept, onSession, onRequest, readMaxBytes } = options;
   const sessions = new Set<http2.ServerHttp2Session>();
-  const server = http2.createServer(
-    withPortableGrpcMessage(connectNodeAdapter({ routes, grpc: true, connect: true, grpcWeb: false })),
-  );
+  const handler = withPortableGrpcMessage(connectNodeAdapter({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes }));
+  const server = http2.createServer(onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);
+  // With `accept`, a plain listener takes the connections and hands over those it keeps:
+  // an HTTP/2 session made at accept time keeps its socket open after destroy() when no preface came.
+  const listener: net.Server = accept ? net.createServer((socket) => accept(socket, (kept) => server.emit("connection", kept))) : server;
   server.on("session", (session) => {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
+    onSession?.(session);
   });
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(socketPath, () => {
-      server.off("error", reject);
+    listener.once("error", reject);
+    listener.listen(socketPath, () => {
+      listener.off("error", reject);
       resolve();
     });
   });
   // Errors after listening (e.g. a session torn down mid-write) concern one
   // client; without a listener they would crash the process.
   server.on("error", () => {});
+  if (listener !== server) listener.on("error", () => {});
   let closing: Promise<void> | undefined;
   const close = () => {
     closing ??= new Promise<void>((resolve) => {
-      server.close(() => resolve());
+      listener.close(() => resolve());
       for (const session of sessions) session.destroy();
+      options.onClose?.();
     });
     return closing;
   };

@@ -15,6 +15,9 @@ import * as path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../../log/logger.ts";
+import { ConnectionGuard } from "../../api/connection-guard.ts";
+import { REGISTRATION_SOCKET_LIMITS, type ListenerLimits } from "../../api/limits.ts";
+import { routeByPreface } from "../../api/protocol-router.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
@@ -27,6 +30,8 @@ export interface RegistrationServerOptions {
   socketPath: string;
   manager: DeviceManager;
   log: Logger;
+  /** Default REGISTRATION_SOCKET_LIMITS; tests pass smaller ones. */
+  limits?: ListenerLimits;
 }
 
 /** Longest endpoint accepted in a RegisterRequest (a socket path cannot be longer anyway). */
@@ -45,6 +50,9 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   }
   await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
   await removeStaleSockets(directory, socketPath, log);
+  // Plugins are untrusted here as everywhere: bounded like the API socket (issue 7).
+  const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
+  const guard = new ConnectionGuard("device plugin registration socket", limits, log);
   const server = await serveUnix(socketPath, (router) =>
     router.service(Registration, {
       async register(request, context) {
@@ -68,6 +76,22 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         return {};
       },
     }),
+    {
+      accept(socket, serve) {
+        if (!guard.admit(socket)) return;
+        socket.on("error", () => {});
+        // A client that never sends HTTP/2's preface is closed, as on the API socket.
+        routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
+          if (protocol !== "http2") return void socket.destroy();
+          socket.unshift(head);
+          serve(socket);
+        });
+      },
+      onSession: (session) => guard.trackHttp2(session),
+      onRequest: (request, response) => guard.checkRequest(request, response),
+      onClose: () => guard.destroyAll(),
+      readMaxBytes: limits.maxRequestBodyBytes,
+    },
   );
   log.info("device plugin registration socket serving", { socket: socketPath });
   return server;
