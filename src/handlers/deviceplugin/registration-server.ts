@@ -50,7 +50,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   }
   await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
   await removeStaleSockets(directory, socketPath, log);
-  // Plugins are untrusted here as everywhere: bounded like the API socket (issue 7).
+  // Plugins are untrusted here as everywhere: bounded like the API socket (docs/api.md, "Limits").
   const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
   const guard = new ConnectionGuard("device plugin registration socket", limits, log);
   const server = await serveUnix(socketPath, (router) =>
