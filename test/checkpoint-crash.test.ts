@@ -19,6 +19,7 @@ import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
 import { crashData } from "./fixtures/checkpoint/crash-writer.ts";
+import { seededRandom } from "./support/seeded-random.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const WRITER = fileURLToPath(new URL("fixtures/checkpoint/crash-writer.ts", import.meta.url));
@@ -27,17 +28,6 @@ const LANES = 4;
 /** Writes continue for up to this long after the first one is on disk before the kill. */
 const MAX_KILL_DELAY_MS = 30;
 const READY_TIMEOUT_MS = 30_000;
-
-/** A small deterministic generator, so a failure names a seed that reproduces the kill delays. */
-function random(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 2 ** 32;
-  };
-}
 
 /** Starts a writer, kills it `delayMs` after its first write, and resolves once it is gone. */
 async function killDuringWrites(writer: string, file: string, seed: number, delayMs: number): Promise<void> {
@@ -87,7 +77,7 @@ test(`kill -9 at random moments during checkpoint writes (${ITERATIONS} iteratio
   let done = 0;
   const lane = async (index: number) => {
     const file = path.join(dir, `lane-${index}`, "kubelet_internal_checkpoint");
-    const delay = random(0x9e3779b9 + index);
+    const delay = seededRandom(0x9e3779b9 + index);
     let last = -1;
     for (let i = 0; i < perLane; i++) {
       // Seeds grow with i, so each writer's generations are newer than the previous writer's.

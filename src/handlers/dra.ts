@@ -36,6 +36,8 @@ export interface DraDriversOptions {
 /** One registered instance of a driver. */
 interface DraInstance {
   readonly plugin: PluginRegistration;
+  /** The endpoint by its real path, which a second registration of the same socket is compared with. */
+  readonly realEndpoint: string;
   readonly service: string;
   /** Registration order: the newest connected instance is preferred. */
   readonly sequence: number;
@@ -130,7 +132,7 @@ export class DraDrivers {
     const endpoint = canonicalSocketPath(plugin.endpoint);
     for (const [driver, instances] of this.#drivers) {
       for (const instance of instances.values()) {
-        if (canonicalSocketPath(instance.plugin.endpoint) === endpoint && instance.plugin.socket !== plugin.socket) {
+        if (instance.realEndpoint === endpoint && instance.plugin.socket !== plugin.socket) {
           throw new Error(`endpoint ${plugin.endpoint} already registered for DRA driver plugin ${driver}`);
         }
       }
@@ -151,7 +153,7 @@ export class DraDrivers {
       throw new Error(`cannot connect to the ${service} service of DRA driver ${plugin.name} at ${plugin.endpoint} (${kind}): ${messageOf(error)}`, { cause: error });
     }
     this.#deregister(plugin, { quiet: true });
-    const instance: DraInstance = { plugin: { ...plugin, versions: [...plugin.versions] }, service, sequence: ++this.#sequence, channel, connected: true };
+    const instance: DraInstance = { plugin: { ...plugin, versions: [...plugin.versions] }, realEndpoint: canonicalSocketPath(plugin.endpoint), service, sequence: ++this.#sequence, channel, connected: true };
     const instances = this.#drivers.get(plugin.name) ?? new Map<string, DraInstance>();
     instances.set(plugin.socket, instance);
     this.#drivers.set(plugin.name, instances);

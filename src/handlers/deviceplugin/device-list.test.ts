@@ -5,6 +5,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { ListAndWatchResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
+import { seededRandom } from "../../../test/support/seeded-random.ts";
 import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
 
 /** The devices of an encoded ListAndWatchResponse, as the endpoint gets them. */
@@ -103,14 +104,7 @@ test("an ID or health that is not UTF-8, or a tag with field number 0, refuses t
 });
 
 test("whatever list is accepted from damaged bytes, protobuf-es decodes the same bytes to the same devices", () => {
-  // A small xorshift, so that a failure names a seed that reproduces it.
-  let state = 20261202;
-  const random = () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 2 ** 32;
-  };
+  const random = seededRandom(20261202);
   const sorted = (devices: { id: string; healthy: boolean; numaNodes: readonly number[] }[]) =>
     devices.map((d) => ({ ...d, numaNodes: [...new Set(d.numaNodes)].sort((a, b) => a - b) })).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   let accepted = 0;
