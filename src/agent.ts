@@ -20,8 +20,7 @@ import { deviceSettings } from "./handlers/deviceplugin/device-settings.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
-import { serveRegistration } from "./handlers/deviceplugin/registration-server.ts";
-import type { UnixServer } from "./rpc/unix-server.ts";
+import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
 import type { Logger } from "./log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
 import { logDescriptorLimit } from "./platform/fd-limit.ts";
@@ -71,7 +70,7 @@ export class EdgeplugAgent {
   readonly #log: Logger;
   #api: ApiSocketServer | null = null;
   #metricsEndpoint: MetricsEndpoint | null = null;
-  #registrationServer: UnixServer | null = null;
+  #registrationServer: RegistrationServer | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
@@ -107,6 +106,7 @@ export class EdgeplugAgent {
       observers: [this.#observer(), this.pluginStatus],
       handlers: handlerFactories(this.devices, this.#csiDra),
       clock: options.clock,
+      slotsHeldElsewhere: () => this.#registrationServer?.slotsHeld ?? 0,
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status());
@@ -154,7 +154,12 @@ export class EdgeplugAgent {
       }
       const { registrationSocket } = this.#policy.devicePlugins;
       if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) {
-        this.#registrationServer = await serveRegistration({ socketPath: registrationSocket, manager: this.devices, log: this.#log });
+        this.#registrationServer = await serveRegistration({
+          socketPath: registrationSocket,
+          manager: this.devices,
+          log: this.#log,
+          slots: { limit: () => this.#policy.security.maxPlugins, heldElsewhere: () => this.manager.slotsHeld },
+        });
       }
       // After the sockets are claimed (a live agent beside this one keeps its checkpoint untouched), before any plugin connects.
       const restored = await this.devices.restore();

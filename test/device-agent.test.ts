@@ -20,11 +20,11 @@ import { tempDir } from "./support/temp-dir.ts";
 
 const quiet = createLogger({ level: "error", format: "text" });
 
-async function startAgent(t: TestContext) {
+async function startAgent(t: TestContext, maxPlugins?: number) {
   const dir = tempDir(t);
   const registry = path.join(dir, "registry");
   const pluginsDir = path.join(dir, "dp");
-  const base = testPolicy({ watch: [registry], handlers: { DevicePlugin: {} } });
+  const base = testPolicy({ watch: [registry], handlers: { DevicePlugin: {} }, maxPlugins });
   const policy: Policy = {
     ...base,
     devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000 },
@@ -87,6 +87,39 @@ test("kubelet.sock: Register with a file name relative to the directory connects
   const released = await api.release({ owner: "job-1" });
   assert.equal(released.released.length, 1);
   assert.deepEqual((await api.status({})).allocations, []);
+});
+
+test("security.maxPlugins counts the plugins of both registration paths; one connecting again on its own socket takes no new slot", async (t) => {
+  const { registry, pluginsDir, policy, agent } = await startAgent(t, 2);
+  fs.mkdirSync(registry, { recursive: true });
+  const kubeletSocket = policy.devicePlugins.registrationSocket!;
+  const first = await startFakeDevicePlugin({ socketPath: path.join(pluginsDir, "a.sock"), devices: healthyDevices(1) });
+  const watched = await startFakeDevicePlugin({ socketPath: path.join(registry, "w.sock"), devices: healthyDevices(1), watchedAs: { name: "acme.io/w" } });
+  const third = await startFakeDevicePlugin({ socketPath: path.join(pluginsDir, "c.sock"), devices: healthyDevices(1) });
+  t.after(() => Promise.all([first.stop(), watched.stop(), third.stop()]).then(() => {}));
+  await registerDevicePlugin(kubeletSocket, { endpoint: "a.sock", resource_name: "acme.io/a" });
+  await waitForDeviceState(agent.devices, "the watched plugin", () => agent.devices.resource("acme.io/w")?.allocatable === 1);
+
+  await assert.rejects(registerDevicePlugin(kubeletSocket, { endpoint: "c.sock", resource_name: "acme.io/c" }), {
+    code: 8, // RESOURCE_EXHAUSTED
+    details: "maxPlugins limit of 2 reached",
+  });
+  assert.equal(agent.devices.resource("acme.io/c"), undefined);
+  // At the limit, the same plugin may still register again: its new connection replaces the old one.
+  await registerDevicePlugin(kubeletSocket, { endpoint: "a.sock", resource_name: "acme.io/a" });
+  assert.equal(agent.devices.resource("acme.io/a")?.connected, true);
+
+  // A watched-directory plugin finds no slot either while both are held.
+  const late = await startFakeDevicePlugin({ socketPath: path.join(registry, "late.sock"), devices: [], watchedAs: { name: "acme.io/late" } });
+  t.after(() => late.stop());
+  const lateRecord = () => agent.pluginStatus.plugins().find((plugin) => plugin.socket === late.socketPath);
+  await waitForDeviceState({ subscribe: (l) => agent.pluginStatus.subscribe(l) }, "the late plugin refused", () => lateRecord()?.reason === "max_plugins");
+
+  // The kubelet.sock plugin going away frees its slot.
+  await first.stop();
+  await waitForDeviceState(agent.devices, "a disconnected", () => agent.devices.resource("acme.io/a")?.connected === false);
+  await registerDevicePlugin(kubeletSocket, { endpoint: "c.sock", resource_name: "acme.io/c" });
+  assert.equal(agent.devices.resource("acme.io/c")?.connected, true);
 });
 
 test("a policy reload that still accepts DevicePlugin neither drops nor re-dials the plugin", async (t) => {

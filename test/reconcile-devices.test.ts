@@ -90,6 +90,26 @@ test("a resource from the checkpoint whose plugin does not return makes the repo
   assert.equal(written.podDeviceEntries.length, 1, "the allocation is written back");
 });
 
+test("security.maxPlugins counts the registration socket's plugins beside the watched ones", async (t) => {
+  const dir = tempDir(t);
+  const policy = { ...policyIn(dir), security: { ...policyIn(dir).security, maxPlugins: 1 } };
+  const watched = await watchedPlugin(t, policy, "watched.sock", "acme.io/fpga", 1);
+  // nvidia.com/gpu from the checkpoint keeps the run waiting until --timeout.
+  fs.mkdirSync(path.dirname(policy.checkpoint.path), { recursive: true });
+  fs.writeFileSync(policy.checkpoint.path, tegra);
+  const running = run(policy, 1500);
+  await watched.waitForStreams(1);
+  const registrationSocket = policy.devicePlugins.registrationSocket!;
+  const direct = await startFakeDevicePlugin({ socketPath: path.join(path.dirname(registrationSocket), "gpu.sock"), devices: [{ ID: "tegra", health: "Healthy" }] });
+  t.after(() => direct.stop());
+  await assert.rejects(registerDevicePlugin(registrationSocket, { endpoint: "gpu.sock", resource_name: "nvidia.com/gpu" }), {
+    details: "maxPlugins limit of 1 reached",
+  });
+  const { code, report } = await running;
+  assert.equal(code, 1);
+  assert.deepEqual(report.resources.map((r) => [r.name, r.connected]), [["acme.io/fpga", true], ["nvidia.com/gpu", false]]);
+});
+
 test("without any device state the run still leaves a checkpoint behind", async (t) => {
   const dir = tempDir(t);
   const policy = policyIn(dir);

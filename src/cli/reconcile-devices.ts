@@ -15,15 +15,16 @@ import { deviceSettings } from "../handlers/deviceplugin/device-settings.ts";
 import { SocketInUseError } from "../api/socket-guard.ts";
 import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
 import { DeviceManager } from "../handlers/deviceplugin/manager.ts";
-import { serveRegistration } from "../handlers/deviceplugin/registration-server.ts";
+import { serveRegistration, type RegistrationServer } from "../handlers/deviceplugin/registration-server.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
-import type { UnixServer } from "../rpc/unix-server.ts";
 
 export interface ReconcileDevices {
   devices: DeviceManager;
   /** False when a daemon beside the run owns the checkpoint. */
   writesCheckpoint: boolean;
+  /** `security.maxPlugins` slots held by plugins on the registration socket (the plugin manager's `slotsHeldElsewhere`). */
+  slotsHeld(): number;
   /** Stops the registration socket and the device manager, writing the checkpoint (when it may). */
   stop(): Promise<void>;
 }
@@ -34,7 +35,7 @@ export interface ReconcileDevices {
  * created or its file cannot be read, or the registration socket cannot be
  * prepared for another reason than a live process holding it.
  */
-export async function startReconcileDevices(policy: Policy, log: Logger): Promise<ReconcileDevices> {
+export async function startReconcileDevices(policy: Policy, log: Logger, pluginManagerSlots: () => number): Promise<ReconcileDevices> {
   const daemon = policy.api.socket !== null && (await answers(policy.api.socket));
   const store = new CheckpointStore({ path: policy.checkpoint.path, log });
   const devices = new DeviceManager({
@@ -43,7 +44,7 @@ export async function startReconcileDevices(policy: Policy, log: Logger): Promis
     store,
     readOnly: daemon,
   });
-  let registration: UnixServer | null = null;
+  let registration: RegistrationServer | null = null;
   const stop = async () => {
     await registration?.close();
     await devices.stop();
@@ -52,7 +53,8 @@ export async function startReconcileDevices(policy: Policy, log: Logger): Promis
     await devices.restore();
     const { registrationSocket } = policy.devicePlugins;
     if (registrationSocket !== null && policy.handlers.has("DevicePlugin") && !daemon) {
-      registration = await serveRegistration({ socketPath: registrationSocket, manager: devices, log }).catch((error: unknown) => {
+      const slots = { limit: () => policy.security.maxPlugins, heldElsewhere: pluginManagerSlots };
+      registration = await serveRegistration({ socketPath: registrationSocket, manager: devices, log, slots }).catch((error: unknown) => {
         if (!(error instanceof SocketInUseError)) throw error;
         log.warn("device plugins registering on the registration socket are not collected: it is served by another process", { socket: registrationSocket, holder: error.holder });
         return null;
@@ -63,7 +65,7 @@ export async function startReconcileDevices(policy: Policy, log: Logger): Promis
     throw error;
   }
   if (daemon) log.warn("an edgeplug daemon serves the API socket: the checkpoint is read, not written", { socket: policy.api.socket, checkpoint: policy.checkpoint.path });
-  return { devices, writesCheckpoint: !daemon, stop };
+  return { devices, writesCheckpoint: !daemon, slotsHeld: () => registration?.slotsHeld ?? 0, stop };
 }
 
 /**

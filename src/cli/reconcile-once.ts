@@ -35,14 +35,15 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const startedAt = new Date();
   const { expectations } = settings;
   let deviceSide: ReconcileDevices;
+  let manager: PluginManager | undefined;
   try {
-    deviceSide = await startReconcileDevices(policy, io.log);
+    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0);
   } catch (error) {
     return cannotStart(error, io, settings.output);
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
-  const manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices), observers: [records] });
+  manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices), observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
   try {
     await manager.start();
   } catch (error) {

@@ -23,6 +23,8 @@ export interface PluginManagerOptions {
   observers?: readonly PluginManagerObserver[];
   handlers: HandlerFactories;
   clock?: Clock;
+  /** `security.maxPlugins` slots held by plugins registered elsewhere (device plugins on kubelet.sock). */
+  slotsHeldElsewhere?: () => number;
 }
 
 export class PluginManager {
@@ -39,7 +41,7 @@ export class PluginManager {
   constructor(options: PluginManagerOptions) {
     const { policy, log, observers = [], clock = systemClock } = options;
     this.#options = options;
-    this.#context = { policy, handlers: this.#handlerSet(policy), asw: new ActualStateOfWorld(), log, clock };
+    this.#context = { policy, handlers: this.#handlerSet(policy), asw: new ActualStateOfWorld(options.slotsHeldElsewhere), log, clock };
     const observer = (this.#observer = guardedObserver(observers, log));
     const executor = (this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
@@ -101,6 +103,11 @@ export class PluginManager {
       this.#observer.stopped();
     })();
     return this.#stopped;
+  }
+
+  /** `security.maxPlugins` slots held by registered plugins and registrations in flight. */
+  get slotsHeld(): number {
+    return this.#context.asw.slotsHeld;
   }
 
   /** Registered plugins no operation is working on (the liveness dial's, src/liveness/dial.ts). */

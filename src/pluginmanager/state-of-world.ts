@@ -79,6 +79,12 @@ export interface RegisteredPlugin {
 export class ActualStateOfWorld {
   readonly #plugins = new Map<string, RegisteredPlugin>();
   #reserved = 0;
+  /** Slots of plugins registered outside this manager (device plugins on kubelet.sock). */
+  readonly #heldElsewhere: () => number;
+
+  constructor(heldElsewhere: () => number = () => 0) {
+    this.#heldElsewhere = heldElsewhere;
+  }
 
   add(plugin: RegisteredPlugin): void {
     this.#plugins.set(plugin.socket, plugin);
@@ -102,9 +108,14 @@ export class ActualStateOfWorld {
     return sortedBySocket([...this.#plugins.values()]);
   }
 
-  /** One of `limit` slots (registered plus reserved): its release function, or null when none is left. */
+  /** Slots held here: registered plugins and registrations in flight. */
+  get slotsHeld(): number {
+    return this.#plugins.size + this.#reserved;
+  }
+
+  /** One of `limit` slots (held here or elsewhere): its release function, or null when none is left. */
   reserveSlot(limit: number): (() => void) | null {
-    if (this.#plugins.size + this.#reserved >= limit) return null;
+    if (this.slotsHeld + this.#heldElsewhere() >= limit) return null;
     this.#reserved++;
     let released = false;
     return () => {

@@ -207,7 +207,7 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
         minItems: 1,
         items: expecting("a uid (an integer from 0 to 4294967295)", { type: "integer", minimum: 0, maximum: 4294967295 }),
       }),
-      maxPlugins: positiveInteger("Most plugins registered at once", 1024),
+      maxPlugins: positiveInteger("Most plugins registered at once, from the watched directories and kubelet.sock together", 1024),
       maxDevicesPerResource: positiveInteger("Most devices one resource may advertise", 100_000),
     }),
     api: section("The local API and metrics", {

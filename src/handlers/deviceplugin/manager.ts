@@ -42,6 +42,8 @@ export class DeviceManager {
   readonly #events: DeviceEvents;
   /** Connected endpoints that have not sent a good device list yet. */
   readonly #unlisted = new Set<DevicePluginEndpoint>();
+  /** Connected endpoints that registered on kubelet.sock (the plugin manager counts the others). */
+  readonly #viaRegistrationSocket = new Set<DevicePluginEndpoint>();
   #settings: Required<DeviceSettings>;
   readonly #allocator: Allocator;
   #stopped = false;
@@ -152,6 +154,7 @@ export class DeviceManager {
     const replaced = this.#resources.attach(endpoint);
     if (replaced) this.#closeEndpoint(replaced);
     this.#unlisted.add(endpoint);
+    if (options.viaRegistrationSocket) this.#viaRegistrationSocket.add(endpoint);
     if (options.onLost) this.#onLost.set(endpoint, options.onLost);
     this.#log.info("device plugin connected", { resource, socket, options: endpoint.options });
     endpoint.watch(this.#listener);
@@ -163,6 +166,17 @@ export class DeviceManager {
     if (!endpoint) return;
     this.#closeEndpoint(endpoint);
     if (this.#resources.detach(endpoint)) this.#checkpointChanged();
+  }
+
+  /** How many plugins are connected through kubelet.sock. */
+  get registrationSocketPlugins(): number {
+    return this.#viaRegistrationSocket.size;
+  }
+
+  /** Whether a plugin that registered on kubelet.sock is connected for `resource` at `socket`. */
+  hasRegistrationSocketPlugin(resource: string, socket: string): boolean {
+    const endpoint = this.#resources.get(resource)?.endpoints.get(socket);
+    return endpoint !== undefined && this.#viaRegistrationSocket.has(endpoint);
   }
 
   /** The resource a live plugin instance on `socket` serves, if any. */
@@ -257,6 +271,7 @@ export class DeviceManager {
     },
     ended: (endpoint, reason) => {
       this.#unlisted.delete(endpoint);
+      this.#viaRegistrationSocket.delete(endpoint);
       const onLost = this.#onLost.get(endpoint);
       this.#onLost.delete(endpoint);
       if (!this.#resources.detach(endpoint)) return;
@@ -269,6 +284,7 @@ export class DeviceManager {
   #closeEndpoint(endpoint: DevicePluginEndpoint): void {
     this.#onLost.delete(endpoint);
     this.#unlisted.delete(endpoint);
+    this.#viaRegistrationSocket.delete(endpoint);
     endpoint.close();
   }
 

@@ -32,13 +32,20 @@ export interface RegistrationServerOptions {
   log: Logger;
   /** Default REGISTRATION_SOCKET_LIMITS; tests pass smaller ones. */
   limits?: ListenerLimits;
+  /** `security.maxPlugins`, shared with the plugin manager (which holds `heldElsewhere` slots); default: no limit. */
+  slots?: { limit: () => number; heldElsewhere: () => number };
+}
+
+export interface RegistrationServer extends UnixServer {
+  /** `security.maxPlugins` slots held by plugins connected through this socket and Register calls in flight. */
+  readonly slotsHeld: number;
 }
 
 /** Longest endpoint accepted in a RegisterRequest (a socket path cannot be longer anyway). */
 const MAX_ENDPOINT_LENGTH = 107;
 
 /** Prepares the directory and serves Register; close() stops serving and removes the socket. */
-export async function serveRegistration(options: RegistrationServerOptions): Promise<UnixServer> {
+export async function serveRegistration(options: RegistrationServerOptions): Promise<RegistrationServer> {
   const { socketPath, manager } = options;
   const log = options.log.with({ component: "registration-server" });
   if (!path.isAbsolute(socketPath)) throw new Error(`bad socketPath, must be an absolute path: ${socketPath}`);
@@ -53,6 +60,8 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   // Plugins are untrusted here as everywhere: bounded like the API socket (docs/api.md, "Limits").
   const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
   const guard = new ConnectionGuard("device plugin registration socket", limits, log);
+  let registering = 0;
+  const slotsHeld = () => registering + manager.registrationSocketPlugins;
   const server = await serveUnix(socketPath, (router) =>
     router.service(Registration, {
       async register(request, context) {
@@ -67,10 +76,19 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         if (typeof endpoint !== "string") return refuse(endpoint.refused);
         const shared = sharedSocketRefusal(endpoint, manager.resourceOnSocket(endpoint), request.resourceName);
         if (shared) refuse(shared);
+        // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
+        const limit = options.slots?.limit() ?? Infinity;
+        const replacing = manager.hasRegistrationSocketPlugin(request.resourceName, endpoint);
+        if (!replacing && slotsHeld() + (options.slots?.heldElsewhere() ?? 0) >= limit) {
+          refuse(`maxPlugins limit of ${limit} reached`, Code.ResourceExhausted);
+        }
+        registering++;
         try {
-          await manager.connect(request.resourceName, endpoint, { signal: context.signal });
+          await manager.connect(request.resourceName, endpoint, { signal: context.signal, viaRegistrationSocket: true });
         } catch (error) {
           refuse(messageOf(error), Code.Unavailable);
+        } finally {
+          registering--;
         }
         log.info("device plugin registered", fields);
         return {};
@@ -94,7 +112,12 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
     },
   );
   log.info("device plugin registration socket serving", { socket: socketPath });
-  return server;
+  return {
+    ...server,
+    get slotsHeld() {
+      return slotsHeld();
+    },
+  };
 }
 
 /** The absolute socket path of a Register endpoint, or why it is refused. */

@@ -43,5 +43,7 @@ export interface ConnectOptions {
   signal?: AbortSignal;
   /** Told when the plugin's ListAndWatch stream ends (watched-directory plugins: context.connectionLost). */
   onLost?: (reason: string) => void;
+  /** Registered on kubelet.sock: it holds a `security.maxPlugins` slot while connected. */
+  viaRegistrationSocket?: boolean;
 }
 
