@@ -10,6 +10,7 @@ import type { StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
+import { SocketKeeper } from "./api/socket-keeper.ts";
 import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
@@ -68,9 +69,9 @@ export class EdgeplugAgent {
   /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
   #policy: Policy;
   readonly #log: Logger;
-  #api: ApiSocketServer | null = null;
+  #api: SocketKeeper<ApiSocketServer> | null = null;
   #metricsEndpoint: MetricsEndpoint | null = null;
-  #registrationServer: RegistrationServer | null = null;
+  #registrationServer: SocketKeeper<RegistrationServer> | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
@@ -106,7 +107,7 @@ export class EdgeplugAgent {
       observers: [this.#observer(), this.pluginStatus],
       handlers: handlerFactories(this.devices, this.#csiDra),
       clock: options.clock,
-      slotsHeldElsewhere: () => this.#registrationServer?.slotsHeld ?? 0,
+      slotsHeldElsewhere: () => this.#registrationServer?.server?.slotsHeld ?? this.devices.registrationSocketPlugins,
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status());
@@ -132,14 +133,19 @@ export class EdgeplugAgent {
     const { api } = this.#policy;
     try {
       if (api.socket !== null) {
-        this.#api = await serveApiSocket({
-          socketPath: api.socket,
-          group: api.socketGroup,
-          routes: agentRoutes(this.#serviceDeps()),
-          binaryRoutes: binaryAgentRoutes(this.#serviceDeps()),
-          log: this.#log,
-          health: this.health,
-          onLimit: (action) => this.metrics?.observeLimit("api", action),
+        const socketPath = api.socket;
+        this.#api = await SocketKeeper.start({
+          ...this.#keeping("api socket", socketPath),
+          serve: () =>
+            serveApiSocket({
+              socketPath,
+              group: api.socketGroup,
+              routes: agentRoutes(this.#serviceDeps()),
+              binaryRoutes: binaryAgentRoutes(this.#serviceDeps()),
+              log: this.#log,
+              health: this.health,
+              onLimit: (action) => this.metrics?.observeLimit("api", action),
+            }),
         });
         this.health.markDone(GATE_API_SERVING);
       }
@@ -154,11 +160,10 @@ export class EdgeplugAgent {
       }
       const { registrationSocket } = this.#policy.devicePlugins;
       if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) {
-        this.#registrationServer = await serveRegistration({
-          socketPath: registrationSocket,
-          manager: this.devices,
-          log: this.#log,
-          slots: { limit: () => this.#policy.security.maxPlugins, heldElsewhere: () => this.manager.slotsHeld },
+        const slots = { limit: () => this.#policy.security.maxPlugins, heldElsewhere: () => this.manager.slotsHeld };
+        this.#registrationServer = await SocketKeeper.start({
+          ...this.#keeping("device plugin registration socket", registrationSocket),
+          serve: () => serveRegistration({ socketPath: registrationSocket, manager: this.devices, log: this.#log, slots }),
         });
       }
       // After the sockets are claimed (a live agent beside this one keeps its checkpoint untouched), before any plugin connects.
@@ -180,6 +185,11 @@ export class EdgeplugAgent {
       metrics: this.#metricsEndpoint?.url ?? null,
       watch: this.#policy.watch.map((dir) => dir.path),
     });
+  }
+
+  /** A listening socket removed while running is served again, checked each resync (socket-keeper.ts). */
+  #keeping(what: string, socketPath: string) {
+    return { socketPath, what, log: this.#log, checkIntervalMs: this.#policy.reconcile.resyncMs };
   }
 
   /** Where /metrics, /healthz and /readyz are served (the bound port), or null. */

@@ -1,6 +1,6 @@
 /**
- * Binding the API socket with its permissions in place from the first
- * moment, and removing it on close only while it is still ours.
+ * Binding edgeplug's sockets with their permissions in place from the first
+ * moment, and removing them on close only while they are still ours.
  */
 import * as fs from "node:fs";
 import type * as net from "node:net";
@@ -38,6 +38,8 @@ export async function bindPrivately(
   socketPath: string,
   mode: number,
   gid: number | null,
+  /** What is served, for the error: "the API" or "device plugin registration". */
+  what = "the API",
 ): Promise<number> {
   const privateDir = fs.mkdtempSync(path.join(path.dirname(socketPath), ".ep-"));
   const boundPath = path.join(privateDir, "s");
@@ -64,7 +66,7 @@ export async function bindPrivately(
     }
     return fs.statSync(socketPath).ino;
   } catch (error) {
-    throw new Error(`cannot serve the API on ${socketPath}: ${describeBindError(error, gid)}`);
+    throw new Error(`cannot serve ${what} on ${socketPath}: ${describeBindError(error, gid)}`);
   } finally {
     fs.rmSync(privateDir, { recursive: true, force: true });
   }

@@ -13,7 +13,7 @@ export interface UnixServer extends AsyncDisposable {
   /**
    * Stops accepting, ends every open call and stream at once (their handlers'
    * `context.signal` aborts), and resolves when the listener is closed. Node
-   * removes the socket file when the listener closes.
+   * removes the path the listener was bound to when it closes.
    */
   close(): Promise<void>;
 }
@@ -29,6 +29,8 @@ export interface ServeUnixOptions {
   readMaxBytes?: number;
   /** On close, with the sessions: for connections `accept` holds that never reached HTTP/2. */
   onClose?: () => void;
+  /** Binds the listener instead of listen(socketPath); rejects when it cannot (src/api/socket-bind.ts binds privately). */
+  bind?: (listener: net.Server) => Promise<void>;
 }
 
 /**
@@ -48,13 +50,17 @@ export async function serveUnix(socketPath: string, routes: (router: ConnectRout
     session.once("close", () => sessions.delete(session));
     onSession?.(session);
   });
-  await new Promise<void>((resolve, reject) => {
-    listener.once("error", reject);
-    listener.listen(socketPath, () => {
-      listener.off("error", reject);
-      resolve();
+  if (options.bind) {
+    await options.bind(listener);
+  } else {
+    await new Promise<void>((resolve, reject) => {
+      listener.once("error", reject);
+      listener.listen(socketPath, () => {
+        listener.off("error", reject);
+        resolve();
+      });
     });
-  });
+  }
   // Errors after listening (e.g. a session torn down mid-write) concern one
   // client; without a listener they would crash the process.
   server.on("error", () => {});

@@ -18,6 +18,7 @@ import type { Logger } from "../../log/logger.ts";
 import { ConnectionGuard } from "../../api/connection-guard.ts";
 import { REGISTRATION_SOCKET_LIMITS, type ListenerLimits } from "../../api/limits.ts";
 import { routeByPreface } from "../../api/protocol-router.ts";
+import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
@@ -41,6 +42,9 @@ export interface RegistrationServer extends UnixServer {
   readonly slotsHeld: number;
 }
 
+/** The kubelet's kubelet.sock under root's umask 022: only root may connect (and so register). */
+const SOCKET_MODE = 0o755;
+
 /** Longest endpoint accepted in a RegisterRequest (a socket path cannot be longer anyway). */
 const MAX_ENDPOINT_LENGTH = 107;
 
@@ -61,6 +65,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
   const guard = new ConnectionGuard("device plugin registration socket", limits, log);
   let registering = 0;
+  let inode = 0;
   const slotsHeld = () => registering + manager.registrationSocketPlugins;
   const server = await serveUnix(socketPath, (router) =>
     router.service(Registration, {
@@ -109,11 +114,19 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
       onRequest: (request, response) => guard.checkRequest(request, response),
       onClose: () => guard.destroyAll(),
       readMaxBytes: limits.maxRequestBodyBytes,
+      // Bound aside and linked into place, so that closing removes only this socket, never a file put there since.
+      bind: async (listener) => void (inode = await bindPrivately(listener, socketPath, SOCKET_MODE, null, "device plugin registration")),
     },
   );
   log.info("device plugin registration socket serving", { socket: socketPath });
+  const close = async () => {
+    await server.close();
+    removeIfOurs(socketPath, inode);
+  };
   return {
-    ...server,
+    socketPath,
+    close,
+    [Symbol.asyncDispose]: close,
     get slotsHeld() {
       return slotsHeld();
     },
