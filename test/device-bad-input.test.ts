@@ -16,6 +16,7 @@ import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
 import { MAX_LIST_MESSAGE_BYTES } from "../src/handlers/deviceplugin/names.ts";
 import { serveRegistration } from "../src/handlers/deviceplugin/registration-server.ts";
 import { createLogger } from "../src/log/logger.ts";
+import { pinSocket } from "../src/platform/pinned-socket.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
@@ -52,6 +53,7 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
   fs.writeFileSync(path.join(pluginsDir, "file.sock"), "");
   // A plugin that may write in the directory links a subdirectory to one where another plugin's socket is.
   fs.symlinkSync(dir, path.join(pluginsDir, "elsewhere"));
+  fs.symlinkSync(".", path.join(pluginsDir, "here"));
   const cases: [string, string, RegExp][] = [
     ["../outside.sock", "acme.io/a", /endpoint "\.\.\/outside\.sock" escapes the device-plugin directory/],
     [outside.socketPath, "acme.io/b", /escapes the device-plugin directory/],
@@ -59,6 +61,7 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
     ["file.sock", "acme.io/d", /is not a unix socket/],
     ["missing.sock", "acme.io/e", /no socket at .*missing\.sock/],
     ["kubelet.sock", "acme.io/f", /is the registration socket itself/],
+    ["here/kubelet.sock", "acme.io/k", /endpoint "here\/kubelet\.sock" is the registration socket itself/],
     ["elsewhere/outside.sock", "acme.io/j", /endpoint "elsewhere\/outside\.sock" leads out of the device-plugin directory .* through a symbolic link/],
     ["gpu.sock", "acme.io/g", /is the socket of device plugin acme\.io\/gpu; each resource registers its own socket/],
     ["bad\nname.sock", "acme.io/h", /contains a control character/],
@@ -69,7 +72,42 @@ test("Register: endpoints that leave the directory, are not sockets or belong to
     assert.equal(devices.resource(resource), undefined, `${resource} is not recorded`);
   }
   assert.deepEqual(devices.resources().map((r) => [r.name, r.allocatable, r.connected]), [[R, 1, true]], "the registered plugin is untouched");
+  // Each refused endpoint's descriptor was closed: only the registered plugin's socket is held.
+  assert.deepEqual(socketsHeldUnder(dir), [path.join(pluginsDir, "gpu.sock")]);
 });
+
+test("the socket that passed the checks is the socket dialled: swapped for another plugin's afterwards, the plugin's own still answers", async (t) => {
+  const dir = tempDir(t);
+  const devices = new DeviceManager({ log: quiet, gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
+  t.after(() => devices.stop());
+  const own = await startFakeDevicePlugin({ socketPath: path.join(dir, "own.sock"), devices: healthyDevices(1, "own") });
+  const other = await startFakeDevicePlugin({ socketPath: path.join(dir, "other.sock"), devices: healthyDevices(3, "other") });
+  t.after(() => Promise.all([own.stop(), other.stop()]).then(() => {}));
+  const pinned = pinSocket(own.socketPath);
+  assert.ok(!("refused" in pinned) && pinned.pinned, "pinned on Linux");
+  // Between the checks and the dial, the path comes to hold the other plugin's socket.
+  fs.renameSync(other.socketPath, own.socketPath);
+  await devices.connect(R, pinned.realPath, { pinned });
+  await waitForDeviceState(devices, "a device list", () => (devices.resource(R)?.capacity ?? 0) > 0);
+  assert.deepEqual(devices.resource(R)?.healthy, ["own0"]);
+  assert.equal(other.streams(), 0, "the other plugin was never dialled");
+  devices.disconnect(R, pinned.realPath);
+  assert.deepEqual(socketsHeldUnder(dir), [], "the descriptor is closed with the endpoint");
+});
+
+/** Paths under `dir` that this process holds a descriptor to (sockets opened by path, not connections). */
+function socketsHeldUnder(dir: string): string[] {
+  const held: string[] = [];
+  for (const fd of fs.readdirSync("/proc/self/fd")) {
+    try {
+      const target = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      if (target.startsWith(`${dir}/`)) held.push(target);
+    } catch {
+      // closed meanwhile (readdir's own descriptor)
+    }
+  }
+  return held.sort();
+}
 
 test("Register's socket holds clients to limits: connections over the cap and idle ones are closed, an oversized request is refused", async (t) => {
   const { socketPath } = await registrationServer(t, { maxConnections: 3, idleTimeoutMs: 300, requestBodyTimeoutMs: 1000, maxRequestBodyBytes: 1024 });

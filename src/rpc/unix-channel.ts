@@ -33,6 +33,8 @@ export interface DialOptions {
   defaultTimeoutMs?: number;
   /** Largest message accepted from the peer (default 16 MiB, as pod-resources consumers use). */
   readMaxBytes?: number;
+  /** Where to connect when not `socketPath` itself (a pinned socket's /proc/self/fd path); messages still name `socketPath`. */
+  connectPath?: string;
 }
 
 export interface UnixChannel extends AsyncDisposable {
@@ -96,7 +98,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
 
   function connect(): Promise<Connection> {
     return new Promise((resolve, reject) => {
-      const socket = net.connect(socketPath);
+      const socket = net.connect(options.connectPath ?? socketPath);
       let markLost = () => {};
       const lost = new Promise<void>((resolve) => (markLost = resolve));
       const connection: Connection = { socket, h2: undefined as unknown as http2.ClientHttp2Session, streams: new Set(), lost };

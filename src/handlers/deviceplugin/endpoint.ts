@@ -13,6 +13,7 @@ import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
 import { messageOf } from "../../platform/error-message.ts";
+import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 import type { DeviceList } from "./device-list.ts";
 import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
 import { ListBudget } from "./list-budget.ts";
@@ -44,6 +45,8 @@ export interface EndpointOptions {
   resource: string;
   /** Absolute path of the plugin's DevicePlugin socket. */
   socket: string;
+  /** That socket opened for dialling: dialled instead of `socket`, closed with the endpoint. */
+  pinned?: Pick<PinnedSocket, "dialPath" | "close">;
   dialTimeoutMs: number;
   /** Largest device list accepted in one message (security.maxDevicesPerResource). */
   maxDevices: number;
@@ -80,13 +83,16 @@ export class DevicePluginEndpoint {
   readonly #lists: Client<typeof DevicePluginListView>;
   readonly #maxDevices: number;
   readonly #abort = new AbortController();
+  readonly #pinned: EndpointOptions["pinned"];
   #closed = false;
 
   constructor(options: EndpointOptions) {
     this.resource = options.resource;
     this.socket = options.socket;
     this.#maxDevices = options.maxDevices;
-    this.#channel = dialUnix(options.socket, { connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES });
+    this.#pinned = options.pinned;
+    const dial = { connectPath: options.pinned?.dialPath, connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES };
+    this.#channel = dialUnix(options.socket, dial);
     this.#client = createClient(DevicePlugin, this.#channel.transport);
     this.#lists = createClient(DevicePluginListView, this.#channel.transport);
   }
@@ -223,5 +229,7 @@ export class DevicePluginEndpoint {
     this.#closed = true;
     this.#abort.abort();
     this.#channel.close();
+    // After the channel: it dials no more, so the descriptor number cannot be reused under a dial.
+    this.#pinned?.close();
   }
 }

@@ -8,6 +8,7 @@
  */
 import * as path from "node:path";
 import { canonicalSocketPath } from "../../platform/canonical-path.ts";
+import { pinSocket } from "../../platform/pinned-socket.ts";
 import type { PluginHandler, PluginRegistration } from "../../pluginmanager/types.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
 import type { DeviceManager } from "./manager.ts";
@@ -38,12 +39,17 @@ export class DevicePluginHandler implements PluginHandler {
 
   async registerPlugin(plugin: PluginRegistration, signal: AbortSignal): Promise<void> {
     const context = this.#context;
-    const endpoint = endpointPath(plugin);
+    const endpoint = pinSocket(endpointPath(plugin));
+    if ("refused" in endpoint) throw new Error(endpoint.refused);
     const refused = this.#manager.watchedEndpointRefusal(plugin.name, endpoint, plugin.socket);
-    if (refused) throw new Error(refused);
-    await this.#manager.connect(plugin.name, endpoint, {
+    if (refused) {
+      endpoint.close();
+      throw new Error(refused);
+    }
+    await this.#manager.connect(plugin.name, endpoint.realPath, {
       signal,
       onLost: context ? (reason) => context.connectionLost(plugin, reason) : undefined,
+      pinned: endpoint,
     });
   }
 

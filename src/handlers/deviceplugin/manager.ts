@@ -29,6 +29,7 @@ import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal, watchedEndpointRefusal, type WatchedEndpointRules } from "./endpoint-check.ts";
+import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 
@@ -95,11 +96,11 @@ export class DeviceManager {
     this.#settings = settingsWithDefaults(settings, this.#settings.endpointRules);
   }
 
-  /** Why a watched-directory plugin's endpoint may not be dialled for `resource` (endpoint-check.ts), or null. */
-  watchedEndpointRefusal(resource: string, endpoint: string, registrationSocket: string): string | null {
+  /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled for `resource` (endpoint-check.ts), or null. */
+  watchedEndpointRefusal(resource: string, endpoint: PinnedSocket, registrationSocket: string): string | null {
     return (
       watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ??
-      sharedSocketRefusal(endpoint, this.resourceOnSocket(endpoint), resource)
+      sharedSocketRefusal(endpoint.realPath, this.resourceOnSocket(endpoint.realPath), resource)
     );
   }
 
@@ -138,9 +139,18 @@ export class DeviceManager {
    * plugin already connected on the same socket is replaced.
    */
   async connect(resource: string, socket: string, options: ConnectOptions = {}): Promise<void> {
-    if (this.#stopped) throw new Error("the device manager is stopping");
+    if (this.#stopped) {
+      options.pinned?.close();
+      throw new Error("the device manager is stopping");
+    }
     await this.#checkpoint.restored;
-    const endpoint = new DevicePluginEndpoint({ resource, socket, dialTimeoutMs: this.#settings.dialTimeoutMs, maxDevices: this.#settings.maxDevicesPerResource });
+    const endpoint = new DevicePluginEndpoint({
+      resource,
+      socket,
+      pinned: options.pinned,
+      dialTimeoutMs: this.#settings.dialTimeoutMs,
+      maxDevices: this.#settings.maxDevicesPerResource,
+    });
     try {
       await endpoint.connect(options.signal);
     } catch (error) {

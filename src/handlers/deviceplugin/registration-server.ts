@@ -22,8 +22,9 @@ import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
+import { pinSocket, type PinnedSocket } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
-import { sharedSocketRefusal, socketFileRefusal } from "./endpoint-check.ts";
+import { sharedSocketRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
 
@@ -78,22 +79,26 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         if (!SUPPORTED_VERSIONS.includes(request.version)) refuse(unsupportedVersionError(request.version));
         if (!isExtendedResourceName(request.resourceName)) refuse(invalidResourceNameError(request.resourceName));
         const endpoint = resolveEndpoint(directory, socketPath, request.endpoint);
-        if (typeof endpoint !== "string") return refuse(endpoint.refused);
-        const shared = sharedSocketRefusal(endpoint, manager.resourceOnSocket(endpoint), request.resourceName);
-        if (shared) refuse(shared);
-        // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
-        const limit = options.slots?.limit() ?? Infinity;
-        const replacing = manager.hasRegistrationSocketPlugin(request.resourceName, endpoint);
-        if (!replacing && slotsHeld() + (options.slots?.heldElsewhere() ?? 0) >= limit) {
-          refuse(`maxPlugins limit of ${limit} reached`, Code.ResourceExhausted);
-        }
-        registering++;
+        if ("refused" in endpoint) return refuse(endpoint.refused);
+        let handedOver = false;
         try {
-          await manager.connect(request.resourceName, endpoint, { signal: context.signal, viaRegistrationSocket: true });
+          const shared = sharedSocketRefusal(endpoint.realPath, manager.resourceOnSocket(endpoint.realPath), request.resourceName);
+          if (shared) refuse(shared);
+          // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
+          const limit = options.slots?.limit() ?? Infinity;
+          const replacing = manager.hasRegistrationSocketPlugin(request.resourceName, endpoint.realPath);
+          if (!replacing && slotsHeld() + (options.slots?.heldElsewhere() ?? 0) >= limit) {
+            refuse(`maxPlugins limit of ${limit} reached`, Code.ResourceExhausted);
+          }
+          registering++;
+          handedOver = true;
+          await manager.connect(request.resourceName, endpoint.realPath, { signal: context.signal, viaRegistrationSocket: true, pinned: endpoint });
         } catch (error) {
+          if (error instanceof ConnectError) throw error;
           refuse(messageOf(error), Code.Unavailable);
         } finally {
-          registering--;
+          if (handedOver) registering--;
+          else endpoint.close();
         }
         log.info("device plugin registered", fields);
         return {};
@@ -133,8 +138,8 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   };
 }
 
-/** The absolute socket path of a Register endpoint, or why it is refused. */
-export function resolveEndpoint(directory: string, registrationSocket: string, endpoint: string): string | { refused: string } {
+/** A Register endpoint opened for dialling (the caller closes it), or why it is refused. */
+export function resolveEndpoint(directory: string, registrationSocket: string, endpoint: string): PinnedSocket | { refused: string } {
   const quoted = JSON.stringify(endpoint);
   if (endpoint === "") return { refused: `endpoint is empty: expected the plugin's socket file name in ${directory}` };
   if (endpoint.length > MAX_ENDPOINT_LENGTH) return { refused: `endpoint is longer than ${MAX_ENDPOINT_LENGTH} characters` };
@@ -144,15 +149,21 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
   if (relative === "" || relative.startsWith("..") || path.isAbsolute(relative)) {
     return { refused: `endpoint ${quoted} escapes the device-plugin directory ${directory}` };
   }
-  if (resolved === registrationSocket) return { refused: `endpoint ${quoted} is the registration socket itself` };
+  const itself = { refused: `endpoint ${quoted} is the registration socket itself` };
+  if (resolved === registrationSocket) return itself;
+  const opened = pinSocket(resolved);
+  if ("refused" in opened) return opened;
   // A plugin that may write in the directory (most run as root there) could link a subdirectory elsewhere.
-  const canonical = canonicalSocketPath(resolved);
-  const canonicalRelative = path.relative(canonicalDirectory(directory), canonical);
-  if (canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)) {
-    return { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` };
-  }
-  const refused = socketFileRefusal(canonical);
-  return refused ? { refused } : canonical;
+  const canonicalRelative = path.relative(canonicalDirectory(directory), opened.realPath);
+  const refusal =
+    canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)
+      ? { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` }
+      : opened.realPath === canonicalSocketPath(registrationSocket)
+        ? itself
+        : null;
+  if (refusal === null) return opened;
+  opened.close();
+  return refusal;
 }
 
 /**

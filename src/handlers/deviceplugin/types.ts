@@ -7,6 +7,7 @@ import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
 import type { WatchedEndpointRules } from "./endpoint-check.ts";
 import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";
+import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 
 /** The settings a policy gives the device manager; a reload may change them. */
 export interface DeviceSettings {
@@ -45,5 +46,7 @@ export interface ConnectOptions {
   onLost?: (reason: string) => void;
   /** Registered on kubelet.sock: it holds a `security.maxPlugins` slot while connected. */
   viaRegistrationSocket?: boolean;
+  /** The socket opened for dialling (pinned-socket.ts): dialled instead of the path, and closed with the endpoint or on failure. */
+  pinned?: PinnedSocket;
 }
 
