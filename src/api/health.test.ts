@@ -88,3 +88,26 @@ test("whenReady resolves when the last gate is done, whichever it is, and waits 
   await second;
   assert.equal(readyAgain, true);
 });
+
+test("a wall-clock step (NTP's first sync on a board without a real-time clock) neither fails liveness nor hides a stall", () => {
+  const realNow = Date.now;
+  const booted = realNow();
+  const year = 365 * 24 * 3_600_000;
+  try {
+    const health = createHealth({ resyncMs: 10_000, heartbeats: ["reconciler"] });
+    health.heartbeat("reconciler");
+    Date.now = () => booted + year;
+    assert.equal(health.liveness().ok, true, "a year forward is not a year of silence");
+
+    const stalling = createHealth({ resyncMs: 1, stalePeriods: 1, heartbeats: ["reconciler"] });
+    stalling.heartbeat("reconciler");
+    Date.now = () => booted - year;
+    const beatAt = performance.now();
+    while (performance.now() < beatAt + 3) {
+      // 3 ms of silence, past the 1 ms bound
+    }
+    assert.equal(stalling.liveness().ok, false, "a year back does not hide a silent loop");
+  } finally {
+    Date.now = realNow;
+  }
+});

@@ -26,7 +26,11 @@ export interface HealthOptions {
   heartbeats?: readonly string[];
   /** Readiness gates, not done until markDone(). */
   gates?: readonly string[];
-  /** Milliseconds clock (default Date.now): the clock the loops' timers run on. */
+  /**
+   * Milliseconds clock (default performance.now, monotonic as the loops'
+   * timers are): a wall-clock step, such as NTP's first sync on a board
+   * without a real-time clock, must neither fail liveness nor blind it.
+   */
   now?: () => number;
 }
 
@@ -64,7 +68,7 @@ export interface Health {
 
 /** Creates the agent's health state. */
 export function createHealth(options: HealthOptions): Health {
-  const now = options.now ?? Date.now;
+  const now = options.now ?? (() => performance.now());
   const stalePeriods = options.stalePeriods ?? 3;
   let resyncMs = validPeriod(options.resyncMs);
   const lastBeat = new Map<string, number>();

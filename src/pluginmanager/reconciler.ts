@@ -182,7 +182,8 @@ export class Reconciler {
       const { info, ...result } = outcome;
       const endedAt = this.#clock.now();
       const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, ...result };
-      observer.attemptEnded?.({ ...attempt, durationMs: endedAt - startedAt }, { inode: desired.inode, info, endedAt });
+      // Wall-clock times (status shows them); a step back between the two must not record a negative duration.
+      observer.attemptEnded?.({ ...attempt, durationMs: Math.max(0, endedAt - startedAt) }, { inode: desired.inode, info, endedAt });
     }
     if (context.policy === policy) return outcome;
     // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.

@@ -67,6 +67,25 @@ test("a stale socket (its plugin was killed) is reported stale once 100 ms have 
   assert.equal(clock.pendingTimers(), 0);
 });
 
+test("a wall clock stepped back after discovery does not stretch the listen grace: the socket is stale after its few retries", async (t) => {
+  const dir = tempDir(t);
+  const socket = path.join(dir, "dead.sock");
+  await leaveStaleSocket(socket);
+  const clock = manualClock(Date.now());
+  const ctx = { ...context(dir, recordingHandler().handler), clock };
+  // Discovered "an hour from now": NTP stepped the clock back meanwhile.
+  const found = { ...desired(socket), discoveredAt: new Date(clock.now() + 3_600_000) };
+  let outcome: AttemptOutcome | undefined;
+  const attempt = registerPlugin(found, ctx, signal()).then((ended) => (outcome = ended));
+  for (let round = 0; outcome === undefined; round++) {
+    assert.ok(round < 10, "stale within its retry delays, not an hour later");
+    await waitUntil(() => outcome !== undefined || clock.pendingTimers() === 1, "the next retry or the end");
+    clock.advance(200);
+  }
+  await attempt;
+  assert.equal(outcome.state, "stale");
+});
+
 test("an attempt aborted while it waits for a just-found socket to listen ends at once", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "dead.sock");

@@ -174,8 +174,9 @@ async function getInfoOnceListening(
     try {
       return await connection.getInfo(getInfoMs, signal);
     } catch (error) {
-      const remainingMs = graceEnds - clock.now();
-      if (remainingMs <= 0 || signal.aborted || classifyRpcError(error) !== "stale") throw error;
+      // Bounded by the delays too: a wall clock stepped back must not stretch the grace.
+      const remainingMs = Math.min(graceEnds - clock.now(), LISTEN_GRACE_MS);
+      if (remainingMs <= 0 || delayMs > LISTEN_GRACE_MS || signal.aborted || classifyRpcError(error) !== "stale") throw error;
       await new Promise<void>((resolve) => {
         const done = () => {
           cancel();
