@@ -23,12 +23,12 @@ import process from "node:process";
 import { canonicalSocketPath } from "./canonical-path.ts";
 
 export interface PinnedSocket {
-  /** Where the socket was when opened, its directories' links resolved: what rules judge and status shows. */
+  /** Where the file was when opened, its directories' links resolved: what rules judge and status shows. */
   readonly realPath: string;
   /** What to dial: the opened socket itself where it could be pinned, `realPath` otherwise. */
   readonly dialPath: string;
-  /** Owner of the socket file. */
-  readonly uid: number;
+  /** The opened file's (not followed when it is a link). */
+  readonly stat: fs.BigIntStats;
   /** Whether `dialPath` reaches the opened inode (Linux with /proc) rather than whatever `realPath` holds. */
   readonly pinned: boolean;
   /** Releases the hold; safe to call twice. */
@@ -39,61 +39,56 @@ export interface PinnedSocket {
 const O_PATH = 0o10000000;
 
 /**
- * Opens `socket` for dialling, or says why it is not a socket of its own:
- * missing, a symbolic link, or another kind of file. Without O_PATH and
- * /proc (not Linux), the path itself is checked and dialled.
+ * Opens whatever is at `file` without following a link at its end, for the
+ * caller to judge by `stat` and dial (or close); null when nothing is there.
+ * Without O_PATH and /proc (not Linux, a bare chroot) the path itself is
+ * looked at and dialled.
  */
-export function pinSocket(socket: string): PinnedSocket | { refused: string } {
-  const quoted = JSON.stringify(socket);
-  const refusal = (stat: fs.Stats): string | null => {
-    if (stat.isSymbolicLink()) return `endpoint ${quoted} is a symbolic link; name the socket itself`;
-    if (!stat.isSocket()) return `endpoint ${quoted} is not a unix socket`;
-    return null;
-  };
-  const missing = { refused: `no socket at ${quoted} (serve DevicePlugin there before registering)` };
-  if (process.platform !== "linux") {
-    let stat: fs.Stats;
+export function pinFile(file: string): PinnedSocket | null {
+  const unpinned = (): PinnedSocket | null => {
+    let stat: fs.BigIntStats;
     try {
-      stat = fs.lstatSync(socket);
+      stat = fs.lstatSync(file, { bigint: true });
     } catch {
-      return missing;
+      return null;
     }
-    const refused = refusal(stat);
-    if (refused) return { refused };
-    const realPath = canonicalSocketPath(socket);
-    return { realPath, dialPath: realPath, uid: stat.uid, pinned: false, close() {} };
-  }
+    const realPath = canonicalSocketPath(file);
+    return { realPath, dialPath: realPath, stat, pinned: false, close() {} };
+  };
+  if (process.platform !== "linux") return unpinned();
   let fd: number;
   try {
-    fd = fs.openSync(socket, O_PATH | fs.constants.O_NOFOLLOW);
+    fd = fs.openSync(file, O_PATH | fs.constants.O_NOFOLLOW);
   } catch {
-    return missing;
+    return null;
   }
   let open = true;
   const close = () => {
     if (open) fs.closeSync(fd);
     open = false;
   };
+  const dialPath = `/proc/self/fd/${fd}`;
   try {
-    const stat = fs.fstatSync(fd);
-    const refused = refusal(stat);
-    if (refused) {
-      close();
-      return { refused };
-    }
-    const uid = stat.uid;
-    const dialPath = `/proc/self/fd/${fd}`;
-    let realPath: string;
-    try {
-      realPath = fs.readlinkSync(dialPath);
-    } catch {
-      // No /proc (a bare chroot): only the path can be dialled.
-      close();
-      return { realPath: canonicalSocketPath(socket), dialPath: canonicalSocketPath(socket), uid, pinned: false, close() {} };
-    }
-    return { realPath, dialPath, uid, pinned: true, close };
-  } catch (error) {
+    const stat = fs.fstatSync(fd, { bigint: true });
+    return { realPath: fs.readlinkSync(dialPath), dialPath, stat, pinned: true, close };
+  } catch {
+    // No /proc: only the path can be dialled.
     close();
-    throw error;
+    return unpinned();
   }
+}
+
+/** A device plugin's endpoint opened for dialling, or why it is not a socket of its own (missing, a link, another kind of file). */
+export function pinSocket(socket: string): PinnedSocket | { refused: string } {
+  const quoted = JSON.stringify(socket);
+  const opened = pinFile(socket);
+  if (opened === null) return { refused: `no socket at ${quoted} (serve DevicePlugin there before registering)` };
+  const refused = opened.stat.isSymbolicLink()
+    ? `endpoint ${quoted} is a symbolic link; name the socket itself`
+    : opened.stat.isSocket()
+      ? null
+      : `endpoint ${quoted} is not a unix socket`;
+  if (refused === null) return opened;
+  opened.close();
+  return { refused };
 }

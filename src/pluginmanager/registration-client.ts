@@ -28,9 +28,10 @@ export class RegistrationConnection {
   readonly #channel: UnixChannel;
   readonly #client: Client<typeof Registration>;
 
-  constructor(socket: string, dialMs: number) {
+  /** `connectPath`: where to connect when not `socket` itself (its pinned descriptor's path). */
+  constructor(socket: string, dialMs: number, connectPath?: string) {
     this.#socket = socket;
-    this.#channel = dialUnix(socket, { connectTimeoutMs: dialMs, readMaxBytes: PLUGIN_INFO_LIMITS.answerBytes });
+    this.#channel = dialUnix(socket, { connectTimeoutMs: dialMs, readMaxBytes: PLUGIN_INFO_LIMITS.answerBytes, connectPath });
     this.#client = createClient(Registration, this.#channel.transport);
   }
 

@@ -13,6 +13,7 @@ import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { messageOf } from "../platform/error-message.ts";
+import { pinFile } from "../platform/pinned-socket.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
 import { PLUGIN_INFO_LIMITS, pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "./registration-client.ts";
 import { type ActualStateOfWorld, type DesiredSocket, inodeOf, type RegisteredPlugin } from "./state-of-world.ts";
@@ -51,10 +52,14 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
   const { policy, handlers, asw, log } = context;
   const { socket } = desired;
   const { timeouts } = policy.reconcile;
-  const socketRefusal = checkSocketFile(socket, policy, desired.inode);
-  if (socketRefusal) return failed(socketRefusal, null);
-
-  const connection = new RegistrationConnection(socket, timeouts.dialMs);
+  // Judged as the file opened, which is what is dialled (src/platform/pinned-socket.ts).
+  const opened = pinFile(socket);
+  const socketRefusal = socketFileRefusal(socket, opened?.stat ?? null, policy, desired.inode);
+  if (socketRefusal) {
+    opened?.close();
+    return failed(socketRefusal, null);
+  }
+  const connection = new RegistrationConnection(socket, timeouts.dialMs, opened!.dialPath);
   let info: PluginInfoSummary | null = null;
   const aborted = (): AttemptOutcome => ({ state: "aborted", reason: null, error: null, info });
   const refuse: Refuse = async (refusal) => {
@@ -114,6 +119,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
     return { state: "registered", reason: null, error: null, info };
   } finally {
     connection.close();
+    opened!.close();
   }
 }
 
@@ -145,13 +151,18 @@ export function registeredPluginRefusal(plugin: RegisteredPlugin, policy: Policy
 
 /** Why the file at `socket` may not be dialled (gone, replaced, not a socket, foreign owner), or null. */
 export function checkSocketFile(socket: string, policy: Policy, inode?: string): Refusal | null {
-  const missing = (error: string): Refusal => ({ reason: "socket_missing", error });
-  let stat: fs.BigIntStats;
+  let stat: fs.BigIntStats | null = null;
   try {
     stat = fs.lstatSync(socket, { bigint: true });
   } catch {
-    return missing(`socket ${socket} no longer exists`);
+    // judged as missing below
   }
+  return socketFileRefusal(socket, stat, policy, inode);
+}
+
+function socketFileRefusal(socket: string, stat: fs.BigIntStats | null, policy: Policy, inode?: string): Refusal | null {
+  const missing = (error: string): Refusal => ({ reason: "socket_missing", error });
+  if (stat === null) return missing(`socket ${socket} no longer exists`);
   if (!stat.isSocket()) return missing(`${socket} is not a unix socket`);
   if (inode !== undefined && inodeOf(stat) !== inode) return missing(`socket ${socket} was re-created during registration`);
   const error = ownerRefusal(policy, Number(stat.uid));

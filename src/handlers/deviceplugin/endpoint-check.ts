@@ -36,8 +36,9 @@ export interface WatchedEndpointRules {
 }
 
 /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled; or null. */
-export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" | "uid">, registrationSocket: string, rules: WatchedEndpointRules): string | null {
-  const { realPath, uid } = endpoint;
+export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" | "stat">, registrationSocket: string, rules: WatchedEndpointRules): string | null {
+  const { realPath } = endpoint;
+  const uid = Number(endpoint.stat.uid);
   const quoted = JSON.stringify(realPath);
   if (rules.ownSockets.some((own) => canonicalSocketPath(own) === realPath)) return `endpoint ${quoted} is one of edgeplug's own sockets`;
   const watchDirs = rules.watchDirs.map(canonicalDirectory);
