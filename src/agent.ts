@@ -189,7 +189,7 @@ export class EdgeplugAgent {
 
   /** A listening socket removed while running is served again, checked each resync (socket-keeper.ts). */
   #keeping(what: string, socketPath: string) {
-    return { socketPath, what, log: this.#log, checkIntervalMs: this.#policy.reconcile.resyncMs };
+    return { socketPath, what, log: this.#log, checkIntervalMs: () => this.#policy.reconcile.resyncMs };
   }
 
   /** Where /metrics, /healthz and /readyz are served (the bound port), or null. */

@@ -35,8 +35,8 @@ export interface SocketKeeperOptions<Server extends KeptServer> {
   /** Names the socket in log messages, e.g. "api socket". */
   what: string;
   log: Logger;
-  /** Period of the check that catches what the directory watch cannot see (default 10 s). */
-  checkIntervalMs?: number;
+  /** Period of the check that catches what the directory watch cannot see, read at each check (default 10 s). */
+  checkIntervalMs?: () => number;
   clock?: Clock;
 }
 
@@ -140,7 +140,7 @@ export class SocketKeeper<Server extends KeptServer> {
   }
 
   get #intervalMs(): number {
-    return this.#options.checkIntervalMs ?? DEFAULT_CHECK_INTERVAL_MS;
+    return this.#options.checkIntervalMs?.() ?? DEFAULT_CHECK_INTERVAL_MS;
   }
 
   #armCheck(): void {

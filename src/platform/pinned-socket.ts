@@ -14,7 +14,7 @@
  * ```ts
  * const pinned = pinSocket("/var/lib/kubelet/device-plugins/gpu.sock");
  * if ("refused" in pinned) throw new Error(pinned.refused);
- * const channel = dialUnix(pinned.dialPath);
+ * const channel = dialUnix(pinned.realPath, { connectPath: pinned.dialPath });
  * // ... pinned.close() once the channel is closed
  * ```
  */
