@@ -102,6 +102,10 @@ const GO_INT_KEY = /^[+-]?[0-9]+$/;
 
 function readNumaMap(value: unknown, where: string): Map<number, string[] | null> | null {
   if (value === null || value === undefined) return null;
+  // kubernetes#102880: the kubelet silently dropped such a file when it upgraded past 1.19; say what it is.
+  if (Array.isArray(value)) {
+    throw new CheckpointCorruptError(`${where}: a list of device ids, as kubelets up to 1.19 wrote it; since 1.20 (and in edgeplug) it maps NUMA nodes to ids`);
+  }
   if (!isObject(value)) throw mismatch(where, "an object or null", value);
   const map = new Map<number, string[] | null>();
   for (const [key, item] of Object.entries(value)) {

@@ -147,6 +147,8 @@ test("a file that is not a checkpoint is refused with the reason and the place",
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"AllocResp":"%%%"}]}}', /Data\.PodDeviceEntries\[0\]\.AllocResp: not standard base64/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"x":[]}}]}}', /DeviceIDs: key "x" is not a NUMA node number/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":[],"00":[]}}]}}', /NUMA node 0 appears twice/);
+  // What a kubelet up to 1.19 wrote (kubernetes#102880): named, so that whoever finds the file set aside knows why.
+  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":["gpu0"]}]}}', /DeviceIDs: a list of device ids, as kubelets up to 1\.19 wrote it/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"PodUID":"a","poduid":"b"}]}}', /field PodUID is given twice/);
   assertCorrupt('{"Data":null,"Checksum":3952659280.0}', /Checksum: 3952659280\.0 is not an unsigned 64-bit integer/);
   assertCorrupt('{"Data":null,"Checksum":-1}', /Checksum: -1 is not an unsigned 64-bit integer/);
