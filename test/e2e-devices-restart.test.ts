@@ -3,9 +3,12 @@
  * device plugins (examples/device-plugin.ts, one per registration path).
  * The allocations come back from the checkpoint, the plugins register again
  * (the kubelet.sock one on a new socket, having seen kubelet.sock
- * re-created), and devices held before the restart stay held.
+ * re-created), and devices held before the restart stay held. And
+ * kubelet.sock removed under a running agent comes back, which the
+ * kubelet.sock plugin takes for a kubelet restart.
  */
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { runEdgeplug } from "./support/agent-process.ts";
@@ -64,4 +67,22 @@ test("after the agent restarts, allocations are still there and both plugins are
   assert.deepEqual([released.code, released.stdout], [0, `released job-1 container main: ${WIDGET} widget0, widget2\n`]);
   assert.equal(await gadgets.stop("SIGTERM"), 0);
   assert.equal(await widgets.stop("SIGTERM"), 0);
+});
+
+test("kubelet.sock removed while the agent runs: it is served again, and the sample plugin registers again unchanged", async (t) => {
+  const node = deviceNode(t);
+  const agentProcess = await startAgent(node);
+  const agent = await watchAgent(node, node.apiSocket);
+  const widgets = startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "2", "--numa-nodes", "0"]);
+  await widgets.waitForLine(/^registered$/);
+  await agent.until("two healthy widgets", (view) => view.resources.get(WIDGET)?.healthy.length === 2);
+  const registeredOnce = widgets.lines().length;
+
+  const kubeletSocket = path.join(node.pluginsDir, "kubelet.sock");
+  fs.rmSync(kubeletSocket);
+  await agentProcess.waitForLog("device plugin registration socket serving again");
+  // The plugin sees kubelet.sock created, as after a kubelet restart, and registers again.
+  await widgets.waitForLine(/^registered$/, { from: registeredOnce });
+  await agent.until("still two healthy widgets", (view) => view.resources.get(WIDGET)?.connected === true && view.resources.get(WIDGET)?.healthy.length === 2);
+  assert.ok(fs.lstatSync(kubeletSocket).isSocket());
 });
