@@ -6,10 +6,10 @@
  * kubelet.sock to be created (what they see after a kubelet restart) and
  * register again.
  *
- * A file removed from a directory that is still there is served again at
- * once (the directory is watched). When the directory itself went, the
- * socket comes back at the next periodic check, so that an `rm -r` still
- * running is not fought. A file another process put at the path is never
+ * A file removed from a directory that is still there is served again
+ * within moments (the directory is watched). When the directory itself
+ * went, the socket comes back at the next periodic check, so that an
+ * `rm -r` still running is not fought. A file another process put at the path is never
  * replaced: that is logged once.
  *
  * @example
@@ -44,6 +44,8 @@ export interface SocketKeeperOptions<Server extends KeptServer> {
 type FileIdentity = { dev: bigint; ino: bigint; birthtimeNs: bigint };
 
 const DEFAULT_CHECK_INTERVAL_MS = 10_000;
+/** From a directory event to the look at the path: longer than an `rm -r` takes between a socket and its directory. */
+const SETTLE_MS = 200;
 
 export class SocketKeeper<Server extends KeptServer> {
   readonly #options: SocketKeeperOptions<Server>;
@@ -54,6 +56,8 @@ export class SocketKeeper<Server extends KeptServer> {
   #identity: FileIdentity | null;
   #watch: { watcher: fs.FSWatcher; directory: FileIdentity } | null = null;
   #cancelCheck: () => void = () => {};
+  /** Cancels the look that follows a directory event, while one is pending. */
+  #cancelSettle: (() => void) | null = null;
   #serving: Promise<void> | null = null;
   /** The last problem logged (the path taken by another file, serving failed), so that it is logged once. */
   #reported: string | null = null;
@@ -85,6 +89,7 @@ export class SocketKeeper<Server extends KeptServer> {
   async close(): Promise<void> {
     this.#closed = true;
     this.#cancelCheck();
+    this.#cancelSettle?.();
     this.#watch?.watcher.close();
     this.#watch = null;
     await this.#serving;
@@ -160,10 +165,14 @@ export class SocketKeeper<Server extends KeptServer> {
     if (!directory) return;
     try {
       const watcher = fs.watch(this.#directory, { persistent: false }, (_event, filename) => {
-        // Only while the directory that was watched is still there: a removed directory is an `rm -r` perhaps still running.
         if (filename !== null && filename !== this.#name) return;
-        const still = identityOf(this.#directory);
-        if (still && sameFile(still, directory)) this.check();
+        // Looked at a moment later, and only if the directory is still there then: an `rm -r` removes the
+        // socket first and the directory last, and a socket served again in between would make it fail.
+        this.#cancelSettle ??= this.#clock.setTimer(() => {
+          this.#cancelSettle = null;
+          const still = identityOf(this.#directory);
+          if (still && sameFile(still, directory)) this.check();
+        }, SETTLE_MS);
       });
       watcher.on("error", () => {
         watcher.close();

@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { test, type TestContext } from "node:test";
+import { manualClock } from "../../test/support/manual-clock.ts";
+import { tempDir } from "../../test/support/temp-dir.ts";
+import { waitUntil } from "../../test/support/wait.ts";
+import { createLogger } from "../log/logger.ts";
+import { SocketKeeper } from "./socket-keeper.ts";
+
+const quiet = createLogger({ level: "error", write: () => {} });
+
+/** A keeper of a plain listening socket in `dir/sockets/`, its checks on a manual clock. */
+async function keep(t: TestContext) {
+  const directory = path.join(tempDir(t), "sockets");
+  const socketPath = path.join(directory, "kept.sock");
+  const clock = manualClock();
+  let served = 0;
+  const serve = async () => {
+    fs.mkdirSync(directory, { recursive: true });
+    const server = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+    served++;
+    return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  };
+  const keeper = await SocketKeeper.start({ socketPath, serve, what: "test socket", log: quiet, clock, checkIntervalMs: () => 10_000 });
+  t.after(() => keeper.close());
+  return { directory, socketPath, clock, keeper, served: () => served };
+}
+
+test("an rm -r of the socket's directory is not fought: the directory goes, and the socket comes back at the next check", async (t) => {
+  const { directory, socketPath, clock, served } = await keep(t);
+  // rm -r removes what is in the directory, then the directory: the socket's removal is heard in between.
+  fs.rmSync(socketPath);
+  await waitUntil(() => clock.pendingTimers() === 2, "the look that follows the directory event");
+  fs.rmdirSync(directory);
+  clock.advance(200);
+  assert.equal(fs.existsSync(directory), false, "the directory stays removed");
+  assert.equal(served(), 1);
+
+  clock.advance(10_000);
+  await waitUntil(() => served() === 2, "the periodic check to serve the socket again");
+  assert.ok(fs.lstatSync(socketPath).isSocket());
+});
+
+test("a socket removed from a directory that stays is served again once the moment has passed", async (t) => {
+  const { socketPath, clock, served } = await keep(t);
+  fs.rmSync(socketPath);
+  await waitUntil(() => clock.pendingTimers() === 2, "the look that follows the directory event");
+  clock.advance(199);
+  assert.equal(served(), 1, "not within the moment");
+  clock.advance(1);
+  await waitUntil(() => served() === 2, "the socket served again");
+  assert.ok(fs.lstatSync(socketPath).isSocket());
+});
