@@ -11,8 +11,8 @@
  * dials the endpoint wherever it is, and edgeplug does too (drivers keep
  * their sockets in their own directories), with the rules that keep one
  * plugin from passing itself off as another: the endpoint must be a socket
- * itself (not a symbolic link), owned by a uid
- * of `security.socketOwners`, like the registration socket that named it;
+ * itself (not a symbolic link), owned by a uid of `security.socketOwners`
+ * like the registration socket that named it;
  * inside a watched directory it may only be the plugin's own registration
  * socket (another one there belongs to another plugin); never one of
  * edgeplug's own sockets.
