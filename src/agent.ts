@@ -13,7 +13,7 @@ import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
 import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
-import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint } from "./api/metrics.ts";
+import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint, type SocketSample } from "./api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
 import { handlerFactories } from "./handlers/factories.ts";
 import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manager.ts";
@@ -91,6 +91,7 @@ export class EdgeplugAgent {
             plugins: () => this.pluginStatus.plugins(),
             resources: () => this.devices.resources(),
             allocations: () => this.devices.allocations(),
+            sockets: () => this.#socketSamples(),
             build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
           });
     this.devices = new DeviceManager({
@@ -185,6 +186,13 @@ export class EdgeplugAgent {
       metrics: this.#metricsEndpoint?.url ?? null,
       watch: this.#policy.watch.map((dir) => dir.path),
     });
+  }
+
+  #socketSamples(): SocketSample[] {
+    const samples: SocketSample[] = [];
+    if (this.#api) samples.push({ socket: "api", serving: this.#api.serving });
+    if (this.#registrationServer) samples.push({ socket: "registration", serving: this.#registrationServer.serving });
+    return samples;
   }
 
   /** A listening socket removed while running is served again, checked each resync (socket-keeper.ts). */

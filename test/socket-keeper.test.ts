@@ -36,7 +36,7 @@ async function startAgent(t: TestContext, resyncMs = 3_600_000) {
   const policy: Policy = {
     ...base,
     devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000 },
-    api: { socket: path.join(dir, "run", "api.sock"), socketGroup: null, metrics: null },
+    api: { socket: path.join(dir, "run", "api.sock"), socketGroup: null, metrics: "127.0.0.1:0" },
   };
   const agent = new EdgeplugAgent({ policy, log });
   t.after(() => agent.stop());
@@ -106,14 +106,20 @@ test("a removed device-plugin directory comes back with kubelet.sock at the next
   assert.equal(agent.devices.resource("acme.io/gpu")?.connected, true);
 });
 
-test("a file another process put at the socket's path is left alone, also when the agent stops", async (t) => {
+test("a file another process put at the socket's path is left alone, said by the metrics, and kept when the agent stops", async (t) => {
   const { dir, policy, agent, logged } = await startAgent(t);
   const kubeletSocket = policy.devicePlugins.registrationSocket!;
+  const servingGauge = async () => {
+    const text = await (await fetch(`${agent.metricsUrl}/metrics`)).text();
+    return text.split("\n").filter((line) => line.startsWith("edgeplug_socket_serving{"));
+  };
+  assert.deepEqual(await servingGauge(), ['edgeplug_socket_serving{socket="api"} 1', 'edgeplug_socket_serving{socket="registration"} 1']);
   const theirs = path.join(dir, "theirs");
   fs.writeFileSync(theirs, "not edgeplug's");
   // A rename replaces the file in one step: the path is never missing.
   fs.renameSync(theirs, kubeletSocket);
   await logged("device plugin registration socket was replaced by a file edgeplug did not create; it is left alone", kubeletSocket);
+  assert.deepEqual(await servingGauge(), ['edgeplug_socket_serving{socket="api"} 1', 'edgeplug_socket_serving{socket="registration"} 0']);
   await agent.stop();
   assert.equal(fs.readFileSync(kubeletSocket, "utf8"), "not edgeplug's");
 });

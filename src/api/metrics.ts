@@ -34,6 +34,12 @@ export interface AllocationSample {
   devices: readonly string[];
 }
 
+/** One of edgeplug's listening sockets: `api` (api.socket) or `registration` (kubelet.sock). */
+export interface SocketSample {
+  socket: "api" | "registration";
+  serving: boolean;
+}
+
 /** How the checkpoint was read at start. */
 export const CHECKPOINT_RESTORE_RESULTS = ["missing", "restored", "corrupt"] as const;
 export type CheckpointRestoreResult = (typeof CHECKPOINT_RESTORE_RESULTS)[number];
@@ -45,6 +51,8 @@ export interface MetricsSources {
   resources?: () => Iterable<ResourceSample>;
   /** Every allocation (absent: no allocated-devices gauge). */
   allocations?: () => Iterable<AllocationSample>;
+  /** edgeplug's listening sockets and whether each is served at its path (absent: no socket gauge). */
+  sockets?: () => Iterable<SocketSample>;
   /** Adds the process_* and nodejs_* metrics (default true). */
   processMetrics?: boolean;
   /** What edgeplug_build_info says; absent, the gauge is not exported. */
@@ -154,6 +162,19 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
         const perResource = new Map<string, number>();
         for (const { resource, devices } of allocationsOf()) perResource.set(resource, (perResource.get(resource) ?? 0) + devices.length);
         for (const [resource, count] of perResource) this.set({ resource }, count);
+      },
+    });
+  }
+  if (sources.sockets) {
+    const socketsOf = sources.sockets;
+    new Gauge({
+      name: "edgeplug_socket_serving",
+      help: "1 while a listening socket of edgeplug is served at its path, 0 while it is not (removed and not yet served again, or taken by another file).",
+      labelNames: ["socket"],
+      registers,
+      collect() {
+        this.reset();
+        for (const { socket, serving } of socketsOf()) this.set({ socket }, serving ? 1 : 0);
       },
     });
   }

@@ -85,6 +85,13 @@ export class SocketKeeper<Server extends KeptServer> {
     return this.#server;
   }
 
+  /** Whether a server of this keeper listens at the path now (the socket there is the one it bound). */
+  get serving(): boolean {
+    if (this.#server === null || this.#identity === null) return false;
+    const identity = identityOf(this.#options.socketPath);
+    return identity !== null && identity !== undefined && sameFile(identity, this.#identity);
+  }
+
   /** Stops keeping and closes the server; waits for a serve in progress. Safe to call twice. */
   async close(): Promise<void> {
     this.#closed = true;
