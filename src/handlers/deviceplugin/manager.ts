@@ -17,13 +17,12 @@ import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/age
 import type { Logger } from "../../log/logger.ts";
 import { systemClock } from "../../platform/clock.ts";
 import type { HandlerPolicy } from "../../policy/types.ts";
-import { messageOf } from "../../platform/error-message.ts";
 import { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { DeviceEvents } from "./device-events.ts";
 import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
 import { Allocator } from "./allocator.ts";
 import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts";
-import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
+import { PluginConnections } from "./connections.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
@@ -39,12 +38,8 @@ export class DeviceManager {
   readonly #resources: ResourceTable;
   readonly #pods = new PodDevices();
   readonly #statusView = new ResourceStatusView();
-  readonly #onLost = new Map<DevicePluginEndpoint, (reason: string) => void>();
   readonly #events: DeviceEvents;
-  /** Connected endpoints that have not sent a good device list yet. */
-  readonly #unlisted = new Set<DevicePluginEndpoint>();
-  /** Connected endpoints that registered on kubelet.sock (the plugin manager counts the others). */
-  readonly #viaRegistrationSocket = new Set<DevicePluginEndpoint>();
+  readonly #connections: PluginConnections;
   #settings: Required<DeviceSettings>;
   readonly #allocator: Allocator;
   #stopped = false;
@@ -73,6 +68,12 @@ export class DeviceManager {
       log: this.#log,
       clock,
       observe: options.observeCheckpointWrite,
+    });
+    this.#connections = new PluginConnections({
+      resources: this.#resources,
+      log: this.#log,
+      settings: () => this.#settings,
+      checkpointChanged: (soon) => this.#checkpoint.changed(soon),
     });
     this.#allocator = new Allocator({
       resources: this.#resources,
@@ -133,60 +134,29 @@ export class DeviceManager {
     return this.#checkpoint.state();
   }
 
-  /**
-   * Dials the plugin at `socket` for `resource`, reads its options and opens
-   * ListAndWatch (the kubelet's connectClient). Resolves once connected; a
-   * plugin already connected on the same socket is replaced.
-   */
+  /** Dials the plugin at `socket` for `resource` and opens ListAndWatch (connections.ts); resolves once connected. */
   async connect(resource: string, socket: string, options: ConnectOptions = {}): Promise<void> {
     if (this.#stopped) {
       options.pinned?.close();
       throw new Error("the device manager is stopping");
     }
     await this.#checkpoint.restored;
-    const endpoint = new DevicePluginEndpoint({
-      resource,
-      socket,
-      pinned: options.pinned,
-      dialTimeoutMs: this.#settings.dialTimeoutMs,
-      maxDevices: this.#settings.maxDevicesPerResource,
-    });
-    try {
-      await endpoint.connect(options.signal);
-    } catch (error) {
-      endpoint.close();
-      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${messageOf(error)}`);
-    }
-    if (this.#stopped) {
-      endpoint.close();
-      throw new Error("the device manager is stopping");
-    }
-    const replaced = this.#resources.attach(endpoint);
-    if (replaced) this.#closeEndpoint(replaced);
-    this.#unlisted.add(endpoint);
-    if (options.viaRegistrationSocket) this.#viaRegistrationSocket.add(endpoint);
-    if (options.onLost) this.#onLost.set(endpoint, options.onLost);
-    this.#log.info("device plugin connected", { resource, socket, options: endpoint.options });
-    endpoint.watch(this.#listener);
+    await this.#connections.connect(resource, socket, options, () => this.#stopped);
   }
 
   /** Disconnects the plugin on `socket` (deregistration); never dials. */
   disconnect(resource: string, socket: string): void {
-    const endpoint = this.#resources.get(resource)?.endpoints.get(socket);
-    if (!endpoint) return;
-    this.#closeEndpoint(endpoint);
-    if (this.#resources.detach(endpoint)) this.#checkpointChanged();
+    this.#connections.disconnect(resource, socket);
   }
 
   /** How many plugins are connected through kubelet.sock. */
   get registrationSocketPlugins(): number {
-    return this.#viaRegistrationSocket.size;
+    return this.#connections.viaRegistrationSocket;
   }
 
   /** Whether a plugin that registered on kubelet.sock is connected for `resource` at `socket`. */
   hasRegistrationSocketPlugin(resource: string, socket: string): boolean {
-    const endpoint = this.#resources.get(resource)?.endpoints.get(socket);
-    return endpoint !== undefined && this.#viaRegistrationSocket.has(endpoint);
+    return this.#connections.isViaRegistrationSocket(resource, socket);
   }
 
   /** The resource a live plugin instance on `socket` serves, if any. */
@@ -196,7 +166,7 @@ export class DeviceManager {
 
   /** Connected plugins (`resource at socket`) whose first good device list has not come yet (reconcile-once waits for them). */
   awaitingFirstList(): string[] {
-    return [...this.#unlisted].map((endpoint) => `${endpoint.resource} at ${endpoint.socket}`);
+    return this.#connections.awaitingFirstList();
   }
 
   resources(): ResourceStatus[] {
@@ -258,44 +228,8 @@ export class DeviceManager {
     this.#stopped = true;
     this.#resources.stop();
     this.#events.stop();
-    for (const state of this.#resources.all()) for (const endpoint of state.endpoints.values()) this.#closeEndpoint(endpoint);
+    this.#connections.closeAll();
     await this.#checkpoint.stop();
-  }
-
-  readonly #listener: EndpointListener = {
-    devices: (endpoint, devices) => {
-      if (!this.#resources.update(endpoint, devices)) return;
-      this.#unlisted.delete(endpoint);
-      this.#checkpoint.changed(false);
-    },
-    unchanged: (endpoint) => {
-      this.#unlisted.delete(endpoint);
-      this.#resources.unchanged(endpoint);
-    },
-    refused: (endpoint, reason) => {
-      // Once per reason: a plugin repeating a bad list must not flood the log.
-      const repeated = this.#resources.refuse(endpoint, reason) === "repeated";
-      const fields = { resource: endpoint.resource, socket: endpoint.socket, reason };
-      if (repeated) this.#log.debug("device list refused again", fields);
-      else this.#log.warn("device list refused; the last good list stays", fields);
-    },
-    ended: (endpoint, reason) => {
-      this.#unlisted.delete(endpoint);
-      this.#viaRegistrationSocket.delete(endpoint);
-      const onLost = this.#onLost.get(endpoint);
-      this.#onLost.delete(endpoint);
-      if (!this.#resources.detach(endpoint)) return;
-      this.#log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
-      this.#checkpointChanged();
-      onLost?.(reason);
-    },
-  };
-
-  #closeEndpoint(endpoint: DevicePluginEndpoint): void {
-    this.#onLost.delete(endpoint);
-    this.#unlisted.delete(endpoint);
-    this.#viaRegistrationSocket.delete(endpoint);
-    endpoint.close();
   }
 
   #checkpointChanged(): void {

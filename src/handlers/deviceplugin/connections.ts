@@ -1,0 +1,118 @@
+/**
+ * The device manager's connected plugins: dialling one and opening its
+ * ListAndWatch (the kubelet's connectClient), what its stream says, and its
+ * end. It also knows which came through kubelet.sock (`security.maxPlugins`
+ * counts them beside the plugin manager's) and which have not sent a good
+ * device list yet (`--reconcile-once` waits for them).
+ */
+import type { Logger } from "../../log/logger.ts";
+import { messageOf } from "../../platform/error-message.ts";
+import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
+import type { ResourceTable } from "./resources.ts";
+import type { ConnectOptions, DeviceSettings } from "./types.ts";
+
+export interface PluginConnectionsOptions {
+  resources: ResourceTable;
+  log: Logger;
+  /** Read at each dial: a reload may change them. */
+  settings: () => Pick<DeviceSettings, "dialTimeoutMs" | "maxDevicesPerResource">;
+  /** The checkpoint's data changed; `soon` false for device lists, whose writes are coalesced. */
+  checkpointChanged: (soon: boolean) => void;
+}
+
+export class PluginConnections {
+  readonly #options: PluginConnectionsOptions;
+  readonly #onLost = new Map<DevicePluginEndpoint, (reason: string) => void>();
+  /** Connected endpoints that have not sent a good device list yet. */
+  readonly #unlisted = new Set<DevicePluginEndpoint>();
+  /** Connected endpoints that registered on kubelet.sock (the plugin manager counts the others). */
+  readonly #viaRegistrationSocket = new Set<DevicePluginEndpoint>();
+
+  constructor(options: PluginConnectionsOptions) {
+    this.#options = options;
+  }
+
+  /** Dials the plugin, reads its options and opens ListAndWatch; a plugin connected on the same socket is replaced. */
+  async connect(resource: string, socket: string, options: ConnectOptions, stopped: () => boolean): Promise<void> {
+    const { dialTimeoutMs, maxDevicesPerResource } = this.#options.settings();
+    const endpoint = new DevicePluginEndpoint({ resource, socket, pinned: options.pinned, dialTimeoutMs, maxDevices: maxDevicesPerResource });
+    try {
+      await endpoint.connect(options.signal);
+    } catch (error) {
+      endpoint.close();
+      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${messageOf(error)}`);
+    }
+    if (stopped()) {
+      endpoint.close();
+      throw new Error("the device manager is stopping");
+    }
+    const replaced = this.#options.resources.attach(endpoint);
+    if (replaced) this.close(replaced);
+    this.#unlisted.add(endpoint);
+    if (options.viaRegistrationSocket) this.#viaRegistrationSocket.add(endpoint);
+    if (options.onLost) this.#onLost.set(endpoint, options.onLost);
+    this.#options.log.info("device plugin connected", { resource, socket, options: endpoint.options });
+    endpoint.watch(this.#listener);
+  }
+
+  /** Disconnects the plugin on `socket` (deregistration); never dials. */
+  disconnect(resource: string, socket: string): void {
+    const endpoint = this.#options.resources.get(resource)?.endpoints.get(socket);
+    if (!endpoint) return;
+    this.close(endpoint);
+    if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
+  }
+
+  /** Closes `endpoint` without telling anyone: its plugin was replaced, deregistered, or the agent is stopping. */
+  close(endpoint: DevicePluginEndpoint): void {
+    this.#onLost.delete(endpoint);
+    this.#unlisted.delete(endpoint);
+    this.#viaRegistrationSocket.delete(endpoint);
+    endpoint.close();
+  }
+
+  closeAll(): void {
+    for (const state of this.#options.resources.all()) for (const endpoint of state.endpoints.values()) this.close(endpoint);
+  }
+
+  get viaRegistrationSocket(): number {
+    return this.#viaRegistrationSocket.size;
+  }
+
+  isViaRegistrationSocket(resource: string, socket: string): boolean {
+    const endpoint = this.#options.resources.get(resource)?.endpoints.get(socket);
+    return endpoint !== undefined && this.#viaRegistrationSocket.has(endpoint);
+  }
+
+  /** `resource at socket` of each connected plugin whose first good device list has not come yet. */
+  awaitingFirstList(): string[] {
+    return [...this.#unlisted].map((endpoint) => `${endpoint.resource} at ${endpoint.socket}`);
+  }
+
+  readonly #listener: EndpointListener = {
+    devices: (endpoint, devices) => {
+      if (!this.#options.resources.update(endpoint, devices)) return;
+      this.#unlisted.delete(endpoint);
+      this.#options.checkpointChanged(false);
+    },
+    unchanged: (endpoint) => {
+      this.#unlisted.delete(endpoint);
+      this.#options.resources.unchanged(endpoint);
+    },
+    refused: (endpoint, reason) => {
+      // Once per reason: a plugin repeating a bad list must not flood the log.
+      const repeated = this.#options.resources.refuse(endpoint, reason) === "repeated";
+      const fields = { resource: endpoint.resource, socket: endpoint.socket, reason };
+      if (repeated) this.#options.log.debug("device list refused again", fields);
+      else this.#options.log.warn("device list refused; the last good list stays", fields);
+    },
+    ended: (endpoint, reason) => {
+      const onLost = this.#onLost.get(endpoint);
+      this.close(endpoint);
+      if (!this.#options.resources.detach(endpoint)) return;
+      this.#options.log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
+      this.#options.checkpointChanged(true);
+      onLost?.(reason);
+    },
+  };
+}
