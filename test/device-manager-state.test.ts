@@ -105,3 +105,42 @@ test("TestCheckpoint: allocations of several owners, containers and resources (N
   assert.deepEqual(again.allocations(), devices.allocations());
   assert.deepEqual(counts(again), [[R1, 0, 0, false], [R2, 0, 0, false]]);
 });
+
+test("an allocation is on disk when answered and carries the releases before it; a release alone is written within 100 ms", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, "state", "kubelet_internal_checkpoint");
+  const clock = manualClock();
+  const disk = new CheckpointStore({ path: file, log: quiet });
+  /** The owners each write put on disk, in order. */
+  const writes: string[][] = [];
+  let onWrite = () => {};
+  const store = {
+    restore: () => disk.restore(),
+    write: async (data: Parameters<CheckpointStore["write"]>[0]) => {
+      await disk.write(data);
+      writes.push([...new Set(data.podDeviceEntries.map((entry) => entry.podUID))].sort());
+      onWrite();
+    },
+  };
+  const devices = new DeviceManager({ log: quiet, gracePeriodMs: 300_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store, clock });
+  t.after(() => devices.stop());
+  await devices.restore();
+  const p1 = await plugin(t, dir, "r1.sock", [h("a"), h("b")]);
+  await devices.connect(R1, p1.socketPath);
+  await waitForDeviceState(devices, "listed", () => devices.resource(R1)?.capacity === 2);
+  const ownersOnDisk = () => [...new Set(decodeCheckpoint(fs.readFileSync(file)).podDeviceEntries.map((entry) => entry.podUID))].sort();
+
+  await devices.allocate({ owner: "job-1", container: "main", resources: [{ resource: R1, count: 2 }] });
+  assert.deepEqual(ownersOnDisk(), ["job-1"], "answered once on disk");
+  const before = writes.length;
+  devices.release("job-1");
+  await devices.allocate({ owner: "job-2", container: "main", resources: [{ resource: R1, count: 2 }] });
+  assert.deepEqual(writes.slice(before), [["job-2"]], "the release and the allocation after it: one write");
+  assert.deepEqual(ownersOnDisk(), ["job-2"]);
+
+  const written = new Promise<void>((resolve) => (onWrite = resolve));
+  devices.release("job-2");
+  clock.advance(100);
+  await written;
+  assert.deepEqual(ownersOnDisk(), [], "the release reached the disk without another change");
+});

@@ -5,7 +5,8 @@
  * what is granted is recorded all at once, written to the checkpoint, and
  * answered once it is on disk (or its write failed, which status reports),
  * so an agent that crashes right after answering still knows the devices
- * are taken.
+ * are taken. A release is written within LIST_WRITE_DELAY_MS, or sooner
+ * with the next allocation.
  */
 import type { AllocationStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
@@ -70,7 +71,9 @@ export class Allocator {
     const freed = pods.release(owner);
     if (freed.length > 0) {
       log.info("devices released", { owner });
-      checkpoint.changed();
+      // Not urgent: a release lost to a crash leaves its devices taken, never given twice, and the
+      // next allocation's write carries it, so a release and an allocation cost one write, not two.
+      checkpoint.changed(false);
       events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
     }
     return freed.map(allocationStatus);

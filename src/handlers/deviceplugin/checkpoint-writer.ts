@@ -38,7 +38,7 @@ export interface CheckpointWriterOptions {
   observe?: (outcome: CheckpointWriteOutcome) => void;
 }
 
-/** How long a new device list waits for more before it is written. */
+/** How long a new device list (or a release) waits for more before it is written. */
 export const LIST_WRITE_DELAY_MS = 100;
 const RETRY_INITIAL_MS = 1000;
 const RETRY_MAX_MS = 60_000;
@@ -68,9 +68,9 @@ export class CheckpointWriter {
 
   /**
    * The device state changed: it will be written at once, or, for a new
-   * device list (`soon` false), within {@link LIST_WRITE_DELAY_MS}, so that a
-   * plugin sending lists back to back costs a few writes a second and its
-   * encoding does not hold the event loop for every message.
+   * device list or a release (`soon` false), within {@link LIST_WRITE_DELAY_MS},
+   * so that a plugin sending lists back to back costs a few writes a second
+   * and its encoding does not hold the event loop for every message.
    */
   changed(soon = true): void {
     this.#dirty = true;

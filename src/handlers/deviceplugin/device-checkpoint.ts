@@ -55,7 +55,7 @@ export class DeviceCheckpoint {
     return result;
   }
 
-  /** The device state changed; `soon` false for a new device list, which may wait a little (checkpoint-writer.ts). */
+  /** The device state changed; `soon` false for a new device list or a release, which may wait a little (checkpoint-writer.ts). */
   changed(soon = true): void {
     this.#writer?.changed(soon);
   }
