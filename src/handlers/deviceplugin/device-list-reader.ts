@@ -18,7 +18,7 @@ import { Buffer, isUtf8 } from "node:buffer";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { messageOf } from "../../platform/error-message.ts";
 import { deviceIdRefusal, HEALTHY, MAX_DEVICE_ID_LENGTH } from "./names.ts";
-import { Columns, type DeviceList, NO_NODES, withNode } from "./device-list.ts";
+import { Columns, type DeviceList, NO_NODES, singleNode } from "./device-list.ts";
 
 /** One device's fields as they are read, reused for every device of a list. */
 interface DeviceFields {
@@ -148,7 +148,17 @@ function isHealthy(bytes: Uint8Array, from: number, length: number): boolean {
   return true;
 }
 
-/** The nodes of a TopologyInfo appended to `nodes` (a repeated message field merges). */
+/**
+ * Linux has at most 1 << 10 NUMA nodes (MAX_NUMNODES); a device listing more
+ * is garbage, refused before it costs more than reading its bytes.
+ */
+export const MAX_NUMA_NODES_PER_DEVICE = 1024;
+
+/**
+ * The nodes of a TopologyInfo appended to `nodes` (a repeated message field
+ * merges). In place once there are two, so that a device listing many costs
+ * one pass: one node is a shared array, two or more an array of this device's.
+ */
 function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: readonly number[]): readonly number[] {
   let result = nodes;
   while (reader.pos < end) {
@@ -171,7 +181,10 @@ function readTopology(reader: BinaryReader, bytes: Buffer, end: number, nodes: r
       else if (bytes[reader.pos]! < 0x80) id = bytes[reader.pos++]!;
       else id = Number(reader.int64());
     }
-    result = withNode(result, id);
+    if (result.length >= MAX_NUMA_NODES_PER_DEVICE) throw new Error(`its topology lists more than ${MAX_NUMA_NODES_PER_DEVICE} NUMA nodes`);
+    if (result.length === 0) result = singleNode(id);
+    else if (result.length === 1) result = [result[0]!, id];
+    else (result as number[]).push(id);
   }
   return result;
 }

@@ -6,7 +6,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { ListAndWatchResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { seededRandom } from "../../../test/support/seeded-random.ts";
-import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
+import { listRegion, MAX_NUMA_NODES_PER_DEVICE, readDeviceList, sameBytes } from "./device-list-reader.ts";
 
 /** The devices of an encoded ListAndWatchResponse, as the endpoint gets them. */
 const view = (bytes: Uint8Array) => fromBinary(ListAndWatchResponseViewSchema, bytes).devices;
@@ -76,6 +76,34 @@ test("unknown fields are skipped, a repeated ID keeps its last value and a repea
   assert.ok(typeof read !== "string", String(read));
   assert.deepEqual(read.devices(), reference(bytes));
   assert.deepEqual(read.devices(), [{ id: "last", healthy: true, numaNodes: [4, 5] }]);
+});
+
+test(`up to ${MAX_NUMA_NODES_PER_DEVICE} NUMA nodes per device, over repeated topologies, read as protobuf-es reads them; one more refuses the message`, () => {
+  const numaNode = (id: number) => new BinaryWriter().tag(1, WireType.Varint).int64(id).finish();
+  const topology = (from: number, count: number) =>
+    Array.from({ length: count }, (_, i) => numaNode(from + i)).reduce((writer, node) => writer.tag(1, WireType.LengthDelimited).bytes(node), new BinaryWriter()).finish();
+  const device = (parts: number[]) => {
+    const writer = new BinaryWriter().tag(1, WireType.LengthDelimited).string("wide").tag(2, WireType.LengthDelimited).string("Healthy");
+    let from = 0;
+    for (const count of parts) {
+      writer.tag(3, WireType.LengthDelimited).bytes(topology(from, count));
+      from += count;
+    }
+    return new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(writer.finish()).finish();
+  };
+  const half = MAX_NUMA_NODES_PER_DEVICE / 2;
+  const widest = device([1, half - 1, half]);
+  const read = readDeviceList(view(widest), 10);
+  assert.ok(typeof read !== "string", String(read));
+  assert.deepEqual(read.devices(), reference(widest));
+  assert.equal(read.nodesOf("wide").length, MAX_NUMA_NODES_PER_DEVICE);
+  // 2 bytes per empty NUMANode: a small message naming ever more nodes must be refused, not read at a copy per node.
+  const empty = new BinaryWriter();
+  for (let i = 0; i < 5000; i++) empty.tag(1, WireType.LengthDelimited).bytes(new Uint8Array(0));
+  const flood = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).string("x").tag(3, WireType.LengthDelimited).bytes(empty.finish()).finish()).finish();
+  for (const refused of [device([half, half, 1]), flood]) {
+    assert.match(String(readDeviceList(view(refused), 10)), new RegExp(`device 0 of the list cannot be read: its topology lists more than ${MAX_NUMA_NODES_PER_DEVICE} NUMA nodes`));
+  }
 });
 
 test("a malformed device, a bad id, a duplicate or too many devices refuse the whole message with the reason", () => {

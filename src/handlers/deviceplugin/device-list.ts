@@ -165,11 +165,7 @@ export class Columns {
 const SINGLE_NODES_KEPT = 1024;
 const SINGLE_NODES: (readonly number[] | undefined)[] = new Array<undefined>(SINGLE_NODES_KEPT).fill(undefined);
 
-function singleNode(id: number): readonly number[] {
+export function singleNode(id: number): readonly number[] {
   if (id < 0 || id >= SINGLE_NODES_KEPT) return Object.freeze([id]);
   return (SINGLE_NODES[id] ??= Object.freeze([id]));
-}
-
-export function withNode(nodes: readonly number[], id: number): readonly number[] {
-  return nodes.length > 0 ? [...nodes, id] : singleNode(id);
 }
