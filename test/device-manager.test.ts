@@ -206,3 +206,21 @@ test("a plugin that cannot be reached is not recorded", async (t) => {
   await assert.rejects(devices.connect(R, path.join(dir, "missing.sock")), /GetDevicePluginOptions failed/);
   assert.equal(devices.resource(R), undefined);
 });
+
+test("a plugin instance that outlives a sibling and sends its list again, byte for byte, has its devices back", async (t) => {
+  const dir = tempDir(t);
+  const survivor = await plugin(t, dir, "a.sock");
+  const devices = newManager(t);
+  await devices.connect(R, survivor.socketPath);
+  await waitForDeviceState(devices, "the survivor's list", () => devices.resource(R)?.capacity === 2);
+  const sibling = await plugin(t, dir, "b.sock", { devices: [{ ID: "other", health: "Healthy" }] });
+  await devices.connect(R, sibling.socketPath);
+  await waitForDeviceState(devices, "the sibling's list", () => devices.resource(R)?.healthy.join() === "other");
+  await sibling.stop();
+  await waitForDeviceState(devices, "the sibling gone", () => devices.resource(R)?.sockets.length === 1);
+  // Many plugins send their full list again on a timer: the same bytes as the survivor's last list.
+  survivor.setDevices(healthyDevices(2));
+  await waitForDeviceState(devices, "the survivor's devices again", () => devices.resource(R)?.healthy.join() === "dev0,dev1");
+  const granted = await devices.allocate({ owner: "pod", container: "main", resources: [{ resource: R, count: 1 }] });
+  assert.deepEqual(survivor.allocateCalls, [granted[0]!.devices]);
+});

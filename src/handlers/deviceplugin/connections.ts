@@ -95,9 +95,9 @@ export class PluginConnections {
       this.#unlisted.delete(endpoint);
       this.#options.checkpointChanged(false);
     },
-    unchanged: (endpoint) => {
+    unchanged: (endpoint, devices) => {
       this.#unlisted.delete(endpoint);
-      this.#options.resources.unchanged(endpoint);
+      if (this.#options.resources.unchanged(endpoint, devices)) this.#options.checkpointChanged(false);
     },
     refused: (endpoint, reason) => {
       // Once per reason: a plugin repeating a bad list must not flood the log.

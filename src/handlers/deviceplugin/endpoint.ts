@@ -33,8 +33,8 @@ const DevicePluginListView = { ...DevicePlugin, methods: [listAndWatchView], met
 export interface EndpointListener {
   /** A message that passed validation: the complete device list of the resource. */
   devices(endpoint: DevicePluginEndpoint, devices: DeviceList): void;
-  /** The last good list sent again, byte for byte. */
-  unchanged(endpoint: DevicePluginEndpoint): void;
+  /** The last good list, `devices`, sent again byte for byte. */
+  unchanged(endpoint: DevicePluginEndpoint, devices: DeviceList): void;
   /** A message that was refused; the previous list stays. */
   refused(endpoint: DevicePluginEndpoint, reason: string): void;
   /** The stream ended (plugin gone, closed, or failed); called once, not after close(). */
@@ -132,7 +132,7 @@ export class DevicePluginEndpoint {
             // A plugin that sends the same list again (many do, on a timer) costs a comparison, not a read.
             const region = listRegion(message.devices);
             if (lastGood !== null && region !== null && sameBytes(lastGood, region)) {
-              listener.unchanged(this);
+              listener.unchanged(this, lastList!);
               if (!(await this.#pace(budget, startedAt, message.devices.length))) return;
               continue;
             }

@@ -102,13 +102,21 @@ export class ResourceTable {
     return true;
   }
 
-  /** The last good list came again: nothing changes, except that a refusal recorded since is cleared. */
-  unchanged(endpoint: DevicePluginEndpoint): void {
+  /**
+   * The endpoint's last good list, `devices`, came again. Another endpoint's
+   * list may have replaced it meanwhile (a sibling that left since): then it
+   * is the resource's list again, and true is returned. Otherwise only a
+   * refusal recorded since is cleared.
+   */
+  unchanged(endpoint: DevicePluginEndpoint, devices: DeviceList): boolean {
     const state = this.#resources.get(endpoint.resource);
-    if (!state || state.endpoints.get(endpoint.socket) !== endpoint || state.lastError === null) return;
+    if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
+    if (state.devices !== devices) return this.update(endpoint, devices);
+    if (state.lastError === null) return false;
     state.lastError = null;
     state.version++;
     this.#changed({ resource: state.name, removed: false, connection: false });
+    return false;
   }
 
   /** Records why a message was refused; "repeated" when it is the error already recorded (nothing changes then). */
