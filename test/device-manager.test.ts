@@ -6,6 +6,7 @@
  * multi-endpoint tests, B.1), grace-period removal, and untrusted lists.
  */
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
@@ -223,4 +224,28 @@ test("a plugin instance that outlives a sibling and sends its list again, byte f
   await waitForDeviceState(devices, "the survivor's devices again", () => devices.resource(R)?.healthy.join() === "dev0,dev1");
   const granted = await devices.allocate({ owner: "pod", container: "main", resources: [{ resource: R, count: 1 }] });
   assert.deepEqual(survivor.allocateCalls, [granted[0]!.devices]);
+});
+
+test("a watched-directory registration that leaves disconnects only its own plugin: a newer one that re-bound the endpoint stays", async (t) => {
+  const dir = tempDir(t);
+  const devices = newManager(t);
+  const handler = devices.handler({ type: "DevicePlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] });
+  // Two registration sockets naming one fixed endpoint, as in a rolling upgrade of a device plugin's pods.
+  const registration = (socket: string) => ({ socket: path.join(dir, socket), type: "DevicePlugin", name: R, endpoint: "dp.sock", versions: ["v1beta1"] });
+  const [before, after] = [registration("old.sock"), registration("new.sock")];
+  const signal = new AbortController().signal;
+  await plugin(t, dir, "dp.sock");
+  await handler.registerPlugin(before, signal);
+  await waitForDeviceState(devices, "the old pod's devices", () => devices.resource(R)?.capacity === 2);
+  fs.unlinkSync(path.join(dir, "dp.sock"));
+  const newer = await plugin(t, dir, "dp.sock", { devices: healthyDevices(3) });
+  await handler.registerPlugin(after, signal);
+  await waitForDeviceState(devices, "the new pod's devices", () => devices.resource(R)?.capacity === 3);
+
+  handler.deregisterPlugin(before);
+  assert.equal(devices.resource(R)?.connected, true, "the new pod's plugin is still connected");
+  const granted = await devices.allocate({ owner: "pod", container: "main", resources: [{ resource: R, count: 1 }] });
+  assert.deepEqual(newer.allocateCalls, [granted[0]!.devices]);
+  handler.deregisterPlugin(after);
+  assert.equal(devices.resource(R)?.connected, false);
 });

@@ -27,6 +27,8 @@ export class PluginConnections {
   readonly #unlisted = new Set<DevicePluginEndpoint>();
   /** Connected endpoints that registered on kubelet.sock (the plugin manager counts the others). */
   readonly #viaRegistrationSocket = new Set<DevicePluginEndpoint>();
+  /** The endpoint each registration connected: a newer one at the same socket is not its to close. */
+  readonly #byRegistration = new WeakMap<object, DevicePluginEndpoint>();
 
   constructor(options: PluginConnectionsOptions) {
     this.#options = options;
@@ -51,6 +53,7 @@ export class PluginConnections {
     this.#unlisted.add(endpoint);
     if (options.viaRegistrationSocket) this.#viaRegistrationSocket.add(endpoint);
     if (options.onLost) this.#onLost.set(endpoint, options.onLost);
+    if (options.for) this.#byRegistration.set(options.for, endpoint);
     this.#options.log.info("device plugin connected", { resource, socket, options: endpoint.options });
     endpoint.watch(this.#listener);
   }
@@ -59,6 +62,15 @@ export class PluginConnections {
   disconnect(resource: string, socket: string): void {
     const endpoint = this.#options.resources.get(resource)?.endpoints.get(socket);
     if (!endpoint) return;
+    this.close(endpoint);
+    if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
+  }
+
+  /** Disconnects the endpoint that `registration` connected, if it is still the one at its socket; never dials. */
+  disconnectFor(registration: object): void {
+    const endpoint = this.#byRegistration.get(registration);
+    this.#byRegistration.delete(registration);
+    if (!endpoint || this.#options.resources.get(endpoint.resource)?.endpoints.get(endpoint.socket) !== endpoint) return;
     this.close(endpoint);
     if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
   }

@@ -50,12 +50,13 @@ export class DevicePluginHandler implements PluginHandler {
       signal,
       onLost: context ? (reason) => context.connectionLost(plugin, reason) : undefined,
       pinned: endpoint,
+      for: plugin,
     });
   }
 
   deregisterPlugin(plugin: PluginRegistration): void {
-    // Refused endpoints were never connected; disconnecting one that is not there changes nothing.
-    this.#manager.disconnect(plugin.name, endpointPath(plugin));
+    // Only what this registration connected: another registration naming the same endpoint may have replaced it since.
+    this.#manager.disconnectFor(plugin);
   }
 }
 

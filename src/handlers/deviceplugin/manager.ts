@@ -149,6 +149,11 @@ export class DeviceManager {
     this.#connections.disconnect(resource, socket);
   }
 
+  /** Disconnects what was connected `for` this registration, unless a newer plugin has taken its socket since. */
+  disconnectFor(registration: object): void {
+    this.#connections.disconnectFor(registration);
+  }
+
   /** How many plugins are connected through kubelet.sock. */
   get registrationSocketPlugins(): number {
     return this.#connections.viaRegistrationSocket;

@@ -48,5 +48,7 @@ export interface ConnectOptions {
   viaRegistrationSocket?: boolean;
   /** The socket opened for dialling (pinned-socket.ts): dialled instead of the path, and closed with the endpoint or on failure. */
   pinned?: PinnedSocket;
+  /** What the connection is for (a watched-directory registration), to disconnect that one only ({@link DeviceManager.disconnectFor}). */
+  for?: object;
 }
 
