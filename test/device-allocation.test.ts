@@ -221,3 +221,13 @@ test("stop is idempotent", async (t) => {
   await devices.stop();
   await assert.rejects(devices.allocate(ask("p", { [R1]: 1 })), { message: "the agent is stopping" });
 });
+
+test("an Allocate answer over 64 KiB is refused and nothing is recorded, so the checkpoint stays small enough to read back", async (t) => {
+  const devices = newManager(t);
+  let envBytes = 70 * 1024;
+  await connected(t, devices, R1, { allocateResponse: (ids) => ({ envs: { VISIBLE_DEVICES: ids.join(","), PADDING: "x".repeat(envBytes) } }) });
+  await assert.rejects(devices.allocate(ask("big", { [R1]: 1 })), { message: new RegExp(`^the device plugin's Allocate answer for ${R1} is \\d+ bytes, over the limit of 65536$`) });
+  assert.deepEqual(devices.allocations("big"), []);
+  envBytes = 1024;
+  assert.deepEqual((await devices.allocate(ask("small", { [R1]: 2 }))).map((g) => g.devices), [["dev0", "dev1"]], "both devices were still free");
+});

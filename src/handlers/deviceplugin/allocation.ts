@@ -8,7 +8,7 @@
 import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { messageOf } from "../../platform/error-message.ts";
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
-import { entryDeviceIds } from "./pod-devices.ts";
+import { ALLOCATE_ANSWER_LIMITS, answerBytes, entryDeviceIds } from "./pod-devices.ts";
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
 import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode } from "./topology.ts";
@@ -79,6 +79,7 @@ export async function allocate(
 ): Promise<{ granted: GrantedAllocation[]; fresh: ContainerDevices[] }> {
   const granted: GrantedAllocation[] = [];
   const fresh: ContainerDevices[] = [];
+  let freshAnswersBytes = 0;
   for (const { resource, count } of request.resources) {
     const existing = pods.get(request.owner, request.container, resource);
     const held = existing ? entryDeviceIds(existing) : [];
@@ -120,6 +121,15 @@ export async function allocate(
     const response = await endpoint.allocate(devices).catch((error: unknown) => {
       throw rpcFailure("Allocate", error);
     });
+    // Refused before anything is recorded: a checkpoint too large to read again would lose every allocation.
+    const bytes = answerBytes(response);
+    if (bytes > ALLOCATE_ANSWER_LIMITS.answerBytes) {
+      throw new AllocationError(`the device plugin's Allocate answer for ${resource} is ${bytes} bytes, over the limit of ${ALLOCATE_ANSWER_LIMITS.answerBytes}`);
+    }
+    freshAnswersBytes += bytes;
+    if (pods.allAnswersBytes + freshAnswersBytes > ALLOCATE_ANSWER_LIMITS.allAnswersBytes) {
+      throw new AllocationError(`the checkpoint's Allocate answers would take more than ${ALLOCATE_ANSWER_LIMITS.allAnswersBytes} bytes; release some owners first`);
+    }
     if (endpoint.options?.preStartRequired) await preStart(endpoint, devices);
     const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
     fresh.push(entry);

@@ -72,7 +72,14 @@ export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: Checkpo
   if (bytes.length > MAX_CHECKPOINT_BYTES) {
     throw new CheckpointCorruptError(`${bytes.length} bytes is over the ${MAX_CHECKPOINT_BYTES}-byte limit of a checkpoint`);
   }
-  const parsed = parseCheckpointFile(bytes);
+  let parsed: ReturnType<typeof parseCheckpointFile>;
+  try {
+    parsed = parseCheckpointFile(bytes);
+  } catch (error) {
+    // Whatever the parser did not foresee is still a file that cannot be read: moved aside, never a start that fails forever.
+    if (error instanceof CheckpointCorruptError) throw error;
+    throw new CheckpointCorruptError(`the checkpoint cannot be parsed: ${error instanceof Error ? error.message : String(error)}`);
+  }
   const actual = checksumOf(parsed.data);
   if (parsed.checksum !== BigInt(actual)) {
     throw new CheckpointCorruptError(

@@ -169,3 +169,16 @@ test("the kubelet's bytes come out the same when a frozen device list's encoding
   assert.deepEqual(decodeCheckpoint(second).registeredDevices.get("nvidia.com/gpu"), [...ids]);
   assert.equal(decodeCheckpoint(second).podDeviceEntries.length, 2);
 });
+
+test("an AllocResp of megabytes reads back (its base64 is checked in one pass) and one that is not base64 is corrupt", () => {
+  const allocResp = new Uint8Array(3.5 * 1024 * 1024).map((_, i) => (i * 7919) % 251);
+  const data: CheckpointData = {
+    podDeviceEntries: [{ podUID: "pod", containerName: "main", resourceName: "acme.io/gpu", deviceIDs: new Map([[-1, ["dev0"]]]), allocResp }],
+    registeredDevices: new Map([["acme.io/gpu", ["dev0"]]]),
+  };
+  const encoded = encodeCheckpoint(data);
+  assert.deepEqual(decodeCheckpoint(encoded).podDeviceEntries[0]!.allocResp, allocResp);
+  const text = new TextDecoder().decode(encoded);
+  const at = text.indexOf('"AllocResp":"') + '"AllocResp":"'.length + 1000;
+  assert.throws(() => decodeCheckpoint(new TextEncoder().encode(`${text.slice(0, at)}=${text.slice(at + 1)}`)), CheckpointCorruptError);
+});

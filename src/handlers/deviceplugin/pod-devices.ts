@@ -46,9 +46,24 @@ export interface ContainerDevices {
   response: ContainerAllocateResponse;
 }
 
+/**
+ * Bounds on what device plugins' Allocate answers add to the checkpoint, so
+ * that it stays under the reader's MAX_CHECKPOINT_BYTES (64 MiB; the answers
+ * are written in base64): one answer (real ones take a few KiB: env, mounts,
+ * CDI names), and all answers together.
+ */
+export const ALLOCATE_ANSWER_LIMITS = { answerBytes: 64 * 1024, allAnswersBytes: 32 * 1024 * 1024 } as const;
+
 export class PodDevices {
   /** owner -> "container\0resource" -> devices; insertion order is the checkpoint's order. */
   readonly #owners = new Map<string, Map<string, ContainerDevices>>();
+  readonly #answerBytes = new WeakMap<ContainerDevices, number>();
+  #allAnswersBytes = 0;
+
+  /** The encoded size of every held Allocate answer, which {@link ALLOCATE_ANSWER_LIMITS} bounds. */
+  get allAnswersBytes(): number {
+    return this.#allAnswersBytes;
+  }
 
   get(owner: string, container: string, resource: string): ContainerDevices | undefined {
     return this.#owners.get(owner)?.get(key(container, resource));
@@ -57,13 +72,19 @@ export class PodDevices {
   add(entry: ContainerDevices): void {
     let containers = this.#owners.get(entry.owner);
     if (!containers) this.#owners.set(entry.owner, (containers = new Map()));
+    const replaced = containers.get(key(entry.container, entry.resource));
+    if (replaced) this.#allAnswersBytes -= this.#answerBytes.get(replaced) ?? 0;
     containers.set(key(entry.container, entry.resource), entry);
+    const bytes = answerBytes(entry.response);
+    this.#answerBytes.set(entry, bytes);
+    this.#allAnswersBytes += bytes;
   }
 
   /** Removes and returns every entry of `owner`. */
   release(owner: string): ContainerDevices[] {
     const entries = [...(this.#owners.get(owner)?.values() ?? [])];
     this.#owners.delete(owner);
+    for (const entry of entries) this.#allAnswersBytes -= this.#answerBytes.get(entry) ?? 0;
     return entries;
   }
 
@@ -123,4 +144,9 @@ export function entryDeviceIds(entry: ContainerDevices): string[] {
 
 function key(container: string, resource: string): string {
   return `${container}\u0000${resource}`;
+}
+
+/** The bytes an Allocate answer takes in the checkpoint before base64. */
+export function answerBytes(response: ContainerAllocateResponse): number {
+  return toBinary(ContainerAllocateResponseSchema, response).length;
 }
