@@ -99,3 +99,15 @@ test("dist/edgeplug: with a 15 MiB name and 100k versions around, `status` answe
   agent.child.kill("SIGTERM");
   assert.equal((await agent.exited).code, 0);
 });
+
+test("a plugin's error text is kept to its first 1,024 characters in status, events and what the plugin is told", async (t) => {
+  const dir = tempDir(t);
+  const { status } = await startManager(t, { watch: [dir] });
+  const chatty = await startTestPlugin(t, { socketPath: path.join(dir, "chatty.sock"), info: sensor("acme.io/chatty"), getInfoError: `boom ${"y".repeat(20_000)}` });
+  await until(status, (plugins) => plugins.length === 1 && plugins[0]!.state === "failed", "the attempt failed");
+  const refused = record(status, chatty.socketPath)!;
+  assert.equal(refused.reason, "get_info");
+  assert.match(refused.error!, /^RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket .*, err: .*boom y+\.\.\. \(\d+ more characters\)$/);
+  assert.ok(refused.error!.length < 1300, `${refused.error!.length} characters`);
+  assert.equal((await chatty.waitForNotify()).error, refused.error);
+});

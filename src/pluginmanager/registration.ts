@@ -12,7 +12,7 @@ import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf, peerMessageOf } from "../platform/error-message.ts";
 import { pinFile } from "../platform/pinned-socket.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
 import { PLUGIN_INFO_LIMITS, pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "./registration-client.ts";
@@ -65,7 +65,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
   const refuse: Refuse = async (refusal) => {
     if (signal.aborted) return aborted();
     await connection.notify(false, refusal.error, timeouts.notifyMs, signal).catch((error) => {
-      log.debug("could not tell the plugin it was refused", { socket, error: messageOf(error) });
+      log.debug("could not tell the plugin it was refused", { socket, error: peerMessageOf(error) });
     });
     return failed(refusal, info);
   };
@@ -94,7 +94,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
       // Recorded before RegisterPlugin, as the kubelet does, so a socket deleted meanwhile is deregistered.
       asw.add(plugin);
     } catch (error) {
-      return await refuse({ reason: "validation", error: `RegisterPlugin error -- plugin validation failed with err: ${messageOf(error)}` });
+      return await refuse({ reason: "validation", error: `RegisterPlugin error -- plugin validation failed with err: ${peerMessageOf(error)}` });
     } finally {
       releaseSlot();
     }
@@ -104,7 +104,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
     } catch (error) {
       // Out of the actual state, so that the backoff retries it (kubernetes#133335).
       asw.remove(plugin);
-      return await refuse({ reason: "register", error: `RegisterPlugin error -- plugin registration failed with err: ${messageOf(error)}` });
+      return await refuse({ reason: "register", error: `RegisterPlugin error -- plugin registration failed with err: ${peerMessageOf(error)}` });
     }
     if (signal.aborted) return aborted();
 
@@ -113,7 +113,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
     } catch (error) {
       if (asw.get(socket) === plugin) unregisterPlugin(plugin, asw, log);
       if (signal.aborted) return aborted();
-      const text = `RegisterPlugin error -- failed to send registration status at socket ${socket}, err: ${messageOf(error)}`;
+      const text = `RegisterPlugin error -- failed to send registration status at socket ${socket}, err: ${peerMessageOf(error)}`;
       return failed({ reason: "notify", error: text }, info);
     }
     return { state: "registered", reason: null, error: null, info };
@@ -209,7 +209,7 @@ async function getInfoFailure(socket: string, error: unknown, getInfoMs: number,
     const limit = `${PLUGIN_INFO_LIMITS.answerBytes / 1024} KiB`;
     return refuse({ reason: "invalid_info", error: `RegisterPlugin error -- invalid plugin info: the GetInfo answer at socket ${socket} is larger than ${limit}` });
   }
-  const cause = failure === "deadline" ? `no answer within ${formatDuration(getInfoMs)}` : messageOf(error);
+  const cause = failure === "deadline" ? `no answer within ${formatDuration(getInfoMs)}` : peerMessageOf(error);
   const refusal: Refusal = { reason: "get_info", error: `RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket ${socket}, err: ${cause}` };
   // A plugin that answered with a gRPC error can be told; a silent or garbled one cannot.
   return failure === "status" ? refuse(refusal) : failed(refusal, null);

@@ -21,6 +21,8 @@ export interface FakePluginOptions {
   hangGetInfo?: boolean;
   /** The first N GetInfo calls fail with UNAVAILABLE. */
   failGetInfoTimes?: number;
+  /** Every GetInfo fails with INTERNAL and this message. */
+  getInfoError?: string;
   /** Every NotifyRegistrationStatus fails with INTERNAL (it is still recorded). */
   failNotify?: boolean;
   /**
@@ -68,6 +70,7 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
       getInfoCalls++;
       events.emit("change");
       if (options.hangGetInfo) return;
+      if (options.getInfoError !== undefined) return callback({ code: grpc.status.INTERNAL, details: options.getInfoError });
       if (getInfoCalls <= (options.failGetInfoTimes ?? 0)) {
         return callback({ code: grpc.status.UNAVAILABLE, details: "plugin not ready yet" });
       }

@@ -6,7 +6,7 @@
  * any resource fails, nothing of the request is recorded.
  */
 import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
-import { messageOf } from "../../platform/error-message.ts";
+import { peerMessageOf } from "../../platform/error-message.ts";
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { ALLOCATE_ANSWER_LIMITS, answerBytes, entryDeviceIds } from "./pod-devices.ts";
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
@@ -147,7 +147,7 @@ async function preStart(endpoint: DevicePluginEndpoint, devices: string[]): Prom
 /** A plugin call that failed; a stopped endpoint says so in the kubelet's words. */
 function rpcFailure(call: string, error: unknown): AllocationError {
   if (error instanceof EndpointStoppedError) return new AllocationError(error.message);
-  return new AllocationError(`device plugin ${call} rpc failed with err: ${messageOf(error)}`);
+  return new AllocationError(`device plugin ${call} rpc failed with err: ${peerMessageOf(error)}`);
 }
 
 /** Go's %q for the strings edgeplug accepts (no control characters): a JSON string. */

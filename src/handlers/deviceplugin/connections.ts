@@ -6,7 +6,7 @@
  * device list yet (`--reconcile-once` waits for them).
  */
 import type { Logger } from "../../log/logger.ts";
-import { messageOf } from "../../platform/error-message.ts";
+import { peerMessageOf } from "../../platform/error-message.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { ConnectOptions, DeviceSettings } from "./types.ts";
@@ -42,7 +42,7 @@ export class PluginConnections {
       await endpoint.connect(options.signal);
     } catch (error) {
       endpoint.close();
-      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${messageOf(error)}`);
+      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${peerMessageOf(error)}`);
     }
     if (stopped()) {
       endpoint.close();

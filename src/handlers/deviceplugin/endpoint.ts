@@ -12,7 +12,7 @@ import type { ContainerAllocateResponse, DevicePluginOptions } from "../../gen/d
 import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
-import { messageOf } from "../../platform/error-message.ts";
+import { peerMessageOf } from "../../platform/error-message.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 import type { DeviceList } from "./device-list.ts";
 import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
@@ -154,7 +154,7 @@ export class DevicePluginEndpoint {
             reopenMs = Math.min(reopenMs * 2, REOPEN_MAX_MS);
             continue;
           }
-          reason = `ListAndWatch stream failed: ${messageOf(error)}`;
+          reason = `ListAndWatch stream failed: ${peerMessageOf(error)}`;
         }
       }
       if (!this.#closed) {
