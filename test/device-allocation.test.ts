@@ -231,3 +231,23 @@ test("an Allocate answer over 64 KiB is refused and nothing is recorded, so the 
   envBytes = 1024;
   assert.deepEqual((await devices.allocate(ask("small", { [R1]: 2 }))).map((g) => g.devices), [["dev0", "dev1"]], "both devices were still free");
 });
+
+test("a caller that gives up frees the queue: its hung plugin call is abandoned, and a request cancelled while queued is never started", async (t) => {
+  const devices = newManager(t);
+  const stuck = hold();
+  t.after(stuck.release);
+  const hung = await connected(t, devices, R1, { holdAllocate: stuck.held });
+  const other = await connected(t, devices, R2);
+  const [first, queued] = [new AbortController(), new AbortController()];
+  const hungRequest = devices.allocate({ ...ask("hung", { [R1]: 1 }), signal: first.signal });
+  const queuedRequest = devices.allocate({ ...ask("queued", { [R2]: 1 }), signal: queued.signal });
+  const unrelated = devices.allocate(ask("unrelated", { [R2]: 1 }));
+  await hung.waitForCalls("allocate", 1);
+  queued.abort();
+  first.abort();
+  await assert.rejects(hungRequest, /device plugin Allocate rpc failed/);
+  await assert.rejects(queuedRequest, { message: "the request of owner queued was cancelled before its turn" });
+  assert.deepEqual((await unrelated).map((g) => g.devices), [["dev0"]]);
+  assert.equal(other.allocateCalls.length, 1, "the cancelled request never reached its plugin");
+  assert.deepEqual([devices.allocations("hung"), devices.allocations("queued")], [[], []]);
+});

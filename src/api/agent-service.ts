@@ -5,7 +5,7 @@
  * With a device manager the socket also serves the kubelet's
  * v1.PodResourcesLister (pod-resources-service.ts).
  */
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AllocateRequest, ReleaseRequest, StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -52,9 +52,9 @@ export function binaryAgentRoutes(deps: AgentServiceDeps): (router: ConnectRoute
 
 function allocation(deps: AgentServiceDeps) {
   return {
-    allocate: (request: AllocateRequest) => {
+    allocate: (request: AllocateRequest, context: HandlerContext) => {
       if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
-      return allocateDevices(deps.devices, request);
+      return allocateDevices(deps.devices, request, context.signal);
     },
     release: (request: ReleaseRequest) => {
       if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);

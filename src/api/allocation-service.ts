@@ -13,9 +13,10 @@ import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
 /** `--container`'s default (SPEC.md section 5). */
 export const DEFAULT_CONTAINER = "main";
 
-export async function allocateDevices(devices: DeviceManager, request: AllocateRequest): Promise<AllocateResponse> {
+export async function allocateDevices(devices: DeviceManager, request: AllocateRequest, signal?: AbortSignal): Promise<AllocateResponse> {
   try {
     const granted = await devices.allocate({
+      signal,
       owner: request.owner,
       container: request.container === "" ? DEFAULT_CONTAINER : request.container,
       resources: request.resources.map(({ resource, count }) => ({ resource, count })),

@@ -22,6 +22,8 @@ export interface AllocationRequest {
   owner: string;
   container: string;
   resources: ResourceRequest[];
+  /** The caller's: once it gives up, its request is not started, and its plugin calls are abandoned. */
+  signal?: AbortSignal;
 }
 
 export interface GrantedAllocation {
@@ -100,7 +102,7 @@ export async function allocate(
       if (!held.every((id) => healthy.has(id))) {
         throw new AllocationError(`previously allocated devices are no longer healthy; cannot allocate unhealthy devices ${resource}`);
       }
-      if (endpoint?.options?.preStartRequired) await preStart(endpoint, held);
+      if (endpoint?.options?.preStartRequired) await preStart(endpoint, held, request.signal);
       granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
       continue;
     }
@@ -110,7 +112,7 @@ export async function allocate(
     }
     if (!endpoint) throw new AllocationError(`unknown Device Plugin ${resource}`);
     const preferred = endpoint.options?.getPreferredAllocationAvailable
-      ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size)
+      ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size, request.signal)
       : null;
     const devices = await chooseDevices(free, count, preferred).catch((error: unknown) => {
       throw rpcFailure("GetPreferredAllocation", error);
@@ -118,7 +120,7 @@ export async function allocate(
     if (devices.length < count) {
       throw new AllocationError(`unexpectedly allocated less resources than required. Requested: ${count}, Got: ${devices.length}`);
     }
-    const response = await endpoint.allocate(devices).catch((error: unknown) => {
+    const response = await endpoint.allocate(devices, request.signal).catch((error: unknown) => {
       throw rpcFailure("Allocate", error);
     });
     // Refused before anything is recorded: a checkpoint too large to read again would lose every allocation.
@@ -130,7 +132,7 @@ export async function allocate(
     if (pods.allAnswersBytes + freshAnswersBytes > ALLOCATE_ANSWER_LIMITS.allAnswersBytes) {
       throw new AllocationError(`the checkpoint's Allocate answers would take more than ${ALLOCATE_ANSWER_LIMITS.allAnswersBytes} bytes; release some owners first`);
     }
-    if (endpoint.options?.preStartRequired) await preStart(endpoint, devices);
+    if (endpoint.options?.preStartRequired) await preStart(endpoint, devices, request.signal);
     const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
     fresh.push(entry);
     granted.push({ owner: request.owner, container: request.container, resource, devices, response });
@@ -138,8 +140,8 @@ export async function allocate(
   return { granted, fresh };
 }
 
-async function preStart(endpoint: DevicePluginEndpoint, devices: string[]): Promise<void> {
-  await endpoint.preStartContainer(devices).catch((error: unknown) => {
+async function preStart(endpoint: DevicePluginEndpoint, devices: string[], signal: AbortSignal | undefined): Promise<void> {
+  await endpoint.preStartContainer(devices, signal).catch((error: unknown) => {
     throw rpcFailure("PreStartContainer", error);
   });
 }

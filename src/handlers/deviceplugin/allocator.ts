@@ -45,6 +45,8 @@ export class Allocator {
     const run = this.#queue.then(async () => {
       checkRequest(request, this.#parts.maxDevices());
       if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
+      // A caller that gave up while queued (behind a slow plugin) must not hold the queue for its own calls too.
+      if (request.signal?.aborted) throw new AllocationError(`the request of owner ${request.owner} was cancelled before its turn`);
       const inFlight = { owner: request.owner, released: false };
       this.#inFlight = inFlight;
       const { granted, fresh } = await allocate(request, resources, pods).finally(() => (this.#inFlight = null));

@@ -189,27 +189,32 @@ export class DevicePluginEndpoint {
     });
   }
 
-  async getPreferredAllocation(available: string[], mustInclude: string[], size: number): Promise<string[]> {
+  async getPreferredAllocation(available: string[], mustInclude: string[], size: number, caller?: AbortSignal): Promise<string[]> {
     const response = await this.#call(() =>
       this.#client.getPreferredAllocation(
         { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
-        { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS },
+        { signal: this.#callSignal(caller), timeoutMs: CALL_TIMEOUT_MS },
       ),
     );
     return response.containerResponses[0]?.deviceIDs ?? [];
   }
 
-  async allocate(deviceIds: string[]): Promise<ContainerAllocateResponse> {
+  async allocate(deviceIds: string[], caller?: AbortSignal): Promise<ContainerAllocateResponse> {
     const response = await this.#call(() =>
-      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#abort.signal, timeoutMs: CALL_TIMEOUT_MS }),
+      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#callSignal(caller), timeoutMs: CALL_TIMEOUT_MS }),
     );
     const first = response.containerResponses[0];
     if (!first) throw new Error(`no containers return in allocation response ${JSON.stringify({ containerResponses: [] })}`);
     return first;
   }
 
-  async preStartContainer(deviceIds: string[]): Promise<void> {
-    await this.#call(() => this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#abort.signal, timeoutMs: PRE_START_TIMEOUT_MS }));
+  async preStartContainer(deviceIds: string[], caller?: AbortSignal): Promise<void> {
+    await this.#call(() => this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#callSignal(caller), timeoutMs: PRE_START_TIMEOUT_MS }));
+  }
+
+  /** Ends a call with the endpoint, or sooner when the caller (an API client) gives up. */
+  #callSignal(caller: AbortSignal | undefined): AbortSignal {
+    return caller ? AbortSignal.any([this.#abort.signal, caller]) : this.#abort.signal;
   }
 
   /** Runs a unary call; on a stopped endpoint, or one stopped while the call was in flight, the stopped error. */
