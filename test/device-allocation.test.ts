@@ -251,11 +251,3 @@ test("a caller that gives up frees the queue: its hung plugin call is abandoned,
   assert.equal(other.allocateCalls.length, 1, "the cancelled request never reached its plugin");
   assert.deepEqual([devices.allocations("hung"), devices.allocations("queued")], [[], []]);
 });
-
-test("GetPreferredAllocation is not called when the aligned devices are exactly the request, as in the kubelet", async (t) => {
-  const devices = newManager(t);
-  const on = (id: string, node: number) => ({ ID: id, health: "Healthy", topology: { nodes: [{ ID: String(node) }] } });
-  const plugin = await connected(t, devices, R1, { devices: [on("a0", 0), on("b0", 0), on("c1", 1)], getPreferredAllocationAvailable: true });
-  const [grant] = await devices.allocate(ask("p", { [R1]: 2 }));
-  assert.deepEqual([grant!.devices, plugin.preferredCalls], [["a0", "b0"], []]);
-});

@@ -49,12 +49,12 @@ const model = {
       for (const id of ids) if (picked.length < count && !picked.includes(id)) picked.push(id);
       return picked.length >= count;
     };
-    if (aligned.length > count) {
+    if (aligned.length >= count) {
       if (preferred && take((await preferred(aligned, [], count)).filter((id) => aligned.includes(id)))) return picked;
       take(aligned);
       return picked;
     }
-    if (take(aligned)) return picked;
+    take(aligned);
     if (preferred && take((await preferred(free, [...picked], count)).filter((id) => free.includes(id)))) return picked;
     if (!take(unaligned)) take(noAffinity);
     return picked;

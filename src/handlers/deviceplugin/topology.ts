@@ -120,13 +120,12 @@ export async function chooseDevices(
   };
   if (preferred) {
     const aligned = [...split.devices("aligned")];
-    // As the kubelet: the plugin chooses among the aligned devices only when there are more than needed.
-    if (aligned.length > count) {
+    if (aligned.length >= count) {
       const answer = await preferred(aligned, [], count);
       if (!takeFrom(answer.filter((id) => free.has(id) && split.kindOf(id) === "aligned"))) takeFrom(aligned);
       return [...picked];
     }
-    if (takeFrom(aligned)) return [...picked];
+    takeFrom(aligned);
     const answer = await preferred(free.all(), [...picked], count);
     if (takeFrom(answer.filter((id) => free.has(id)))) return [...picked];
   } else if (takeFrom(split.devices("aligned"))) {
