@@ -61,16 +61,18 @@ export class PluginConnections {
   /** Disconnects the plugin on `socket` (deregistration); never dials. */
   disconnect(resource: string, socket: string): void {
     const endpoint = this.#options.resources.get(resource)?.endpoints.get(socket);
-    if (!endpoint) return;
-    this.close(endpoint);
-    if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
+    if (endpoint) this.#disconnect(endpoint);
   }
 
   /** Disconnects the endpoint that `registration` connected, if it is still the one at its socket; never dials. */
   disconnectFor(registration: object): void {
     const endpoint = this.#byRegistration.get(registration);
     this.#byRegistration.delete(registration);
-    if (!endpoint || this.#options.resources.get(endpoint.resource)?.endpoints.get(endpoint.socket) !== endpoint) return;
+    // detach() changes nothing for an endpoint no longer at its socket; close() of a replaced one was done.
+    if (endpoint) this.#disconnect(endpoint);
+  }
+
+  #disconnect(endpoint: DevicePluginEndpoint): void {
     this.close(endpoint);
     if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
   }
