@@ -29,6 +29,7 @@ import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import type { Clock } from "./platform/clock.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
+import { REGISTRATION_ATTEMPTS_AT_ONCE } from "./pluginmanager/registration.ts";
 import { PluginStatusCache } from "./api/plugin-status.ts";
 import { LivenessDial } from "./liveness/dial.ts";
 
@@ -178,7 +179,7 @@ export class EdgeplugAgent {
       throw error;
     }
     this.health.markDone(GATE_INITIAL_WALK);
-    logDescriptorLimit(this.#log, this.#policy);
+    logDescriptorLimit(this.#log, this.#policy, REGISTRATION_ATTEMPTS_AT_ONCE);
     this.#log.info("edgeplug running", {
       node: this.#policy.nodeName,
       policy: this.#policy.source,

@@ -5,10 +5,12 @@
  * and the agent goes on serving. A GetInfo answer over 64 KiB is not read.
  */
 import assert from "node:assert/strict";
+import * as net from "node:net";
 import * as path from "node:path";
 import { test } from "node:test";
 import { buildStatus, statusToJson, statusToText } from "../src/api/status.ts";
 import { PLUGIN_INFO_LIMITS } from "../src/pluginmanager/registration-client.ts";
+import { REGISTRATION_ATTEMPTS_AT_ONCE } from "../src/pluginmanager/registration.ts";
 import { runEdgeplug, startDaemon } from "./support/agent-process.ts";
 import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import { record, startManager, until } from "./support/manager-harness.ts";
@@ -110,4 +112,40 @@ test("a plugin's error text is kept to its first 1,024 characters in status, eve
   assert.match(refused.error!, /^RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket .*, err: .*boom y+\.\.\. \(\d+ more characters\)$/);
   assert.ok(refused.error!.length < 1300, `${refused.error!.length} characters`);
   assert.equal((await chatty.waitForNotify()).error, refused.error);
+});
+
+test("sockets that accept and never answer hold at most REGISTRATION_ATTEMPTS_AT_ONCE attempts; a plugin that answers still registers", async (t) => {
+  const dir = tempDir(t);
+  const silentCount = REGISTRATION_ATTEMPTS_AT_ONCE + 12;
+  let opened = 0;
+  // Taken when the first attempt timed out, before any attempt could take its slot.
+  let openedInFirstWave: number | undefined;
+  const held = new Set<net.Socket>();
+  const servers: net.Server[] = [];
+  t.after(() => {
+    for (const connection of held) connection.destroy();
+    for (const server of servers) server.close();
+  });
+  for (let i = 0; i < silentCount; i++) {
+    // Accepts and never sends the HTTP/2 settings: each attempt waits out its dial timeout.
+    const server = net.createServer((connection) => {
+      // Read, so that the agent's close is seen as it happens.
+      connection.resume();
+      held.add(connection);
+      opened++;
+      connection.on("close", () => held.delete(connection));
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(path.join(dir, `silent-${i}.sock`), resolve));
+  }
+  const { status } = await startManager(t, { watch: [dir], timeouts: { dialMs: 1500, getInfoMs: 5000 } });
+  status.subscribe(() => {
+    if (openedInFirstWave === undefined && status.plugins().some((plugin) => plugin.state === "failed")) openedInFirstWave = opened;
+  });
+  await until(status, (plugins) => plugins.length === silentCount, "every silent socket discovered");
+  const good = await startTestPlugin(t, { socketPath: path.join(dir, "good.sock"), info: sensor("acme.io/good") });
+  await until(status, () => record(status, good.socketPath)?.state === "registered", "the answering plugin registered");
+  assert.equal(openedInFirstWave, REGISTRATION_ATTEMPTS_AT_ONCE, "attempts beyond the limit waited for a slot instead of dialling");
+  const timedOut = record(status, path.join(dir, "silent-0.sock"))!;
+  assert.match(timedOut.error!, /no HTTP\/2 handshake from .*silent-0\.sock within 1500 ms \(connect timeout\)$/, "the error names the dial timeout, not GetInfo's");
 });

@@ -46,15 +46,18 @@ export function parseDescriptorLimit(limitsText: string): DescriptorLimit | null
 
 /**
  * Descriptors the agent may need at once: every connection its listeners
- * admit, two per plugin (registration dial and a kept service connection),
- * plus `reserve` for watchers, logs, the checkpoint and the runtime itself.
+ * admit, two per plugin (its kept service connection and the pinned socket
+ * it dials through), two per registration attempt running (the same pair for
+ * the registration socket), plus `reserve` for watchers, logs, the
+ * checkpoint and the runtime itself.
  */
-export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugins: number; reserve?: number }): number {
-  return parts.listenerConnections + 2 * parts.maxPlugins + (parts.reserve ?? 64);
+export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugins: number; attemptsAtOnce: number; reserve?: number }): number {
+  return parts.listenerConnections + 2 * parts.maxPlugins + 2 * parts.attemptsAtOnce + (parts.reserve ?? 64);
 }
 
 /** Logs the limit the runtime set at start, warning when even the hard limit is below what `policy` may use. */
-export function logDescriptorLimit(log: Logger, policy: Policy, limit = readDescriptorLimit()): void {
+/** `attemptsAtOnce`: the plugin manager's REGISTRATION_ATTEMPTS_AT_ONCE. */
+export function logDescriptorLimit(log: Logger, policy: Policy, attemptsAtOnce: number, limit = readDescriptorLimit()): void {
   if (!limit) return;
   const needed = descriptorsNeeded({
     listenerConnections:
@@ -62,6 +65,7 @@ export function logDescriptorLimit(log: Logger, policy: Policy, limit = readDesc
       (policy.api.metrics === null ? 0 : METRICS_LISTENER_LIMITS.maxConnections) +
       (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections),
     maxPlugins: policy.security.maxPlugins,
+    attemptsAtOnce,
   });
   const fields = { soft: limit.soft, hard: limit.hard, needed };
   if (limit.soft < needed) log.warn("descriptor limit (RLIMIT_NOFILE) is below what the configured limits may use; raise LimitNOFILE", fields);

@@ -9,7 +9,7 @@ import type { Policy } from "../policy/types.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { OperationExecutor } from "./operation-executor.ts";
 import { type PluginManagerObserver, Reconciler } from "./reconciler.ts";
-import type { RegistrationContext } from "./registration.ts";
+import { REGISTRATION_ATTEMPTS_AT_ONCE, type RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
 import { guarded, type HandlerFactories } from "./types.ts";
 import { PluginWatcher } from "./watcher.ts";
@@ -46,6 +46,7 @@ export class PluginManager {
     const executor = (this.#executor = new OperationExecutor({
       backoff: policy.reconcile.backoff,
       clock,
+      maxRunning: REGISTRATION_ATTEMPTS_AT_ONCE,
       onReady: (socket) => this.#reconciler.reconcile(socket),
     }));
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });

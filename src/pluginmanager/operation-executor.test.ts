@@ -243,3 +243,42 @@ test("the retry timer closes the window even when it fires before the clock reac
   assert.equal(executor.run("/r/a.sock", async () => registered), "started", "woken up and allowed to run");
   await executor.stop();
 });
+
+test("at most maxRunning operations run; the rest wait in line, first attempts ahead of retries", async () => {
+  const clock = manualClock();
+  const gates = new Map([["/r/a.sock", gate()], ["/r/b.sock", gate()], ["/r/new.sock", gate()]]);
+  const started: string[] = [];
+  const done = new Set<string>();
+  const operation = (key: string) => async () => {
+    started.push(key);
+    await gates.get(key)?.promise;
+    done.add(key);
+    return registered;
+  };
+  const woken: string[] = [];
+  // The owner runs a woken key again until it registered, as the reconciler does.
+  const executor: OperationExecutor = new OperationExecutor({
+    backoff, clock, maxRunning: 2, onReady: (key) => { woken.push(key); if (!done.has(key)) executor.run(key, operation(key)); },
+  });
+  assert.equal(executor.run("/r/a.sock", operation("/r/a.sock")), "started");
+  assert.equal(executor.run("/r/b.sock", operation("/r/b.sock")), "started");
+  executor.backOff("/r/retry.sock");
+  clock.advance(500);
+  assert.deepEqual(woken, ["/r/retry.sock"]);
+  assert.equal(executor.isRunning("/r/retry.sock"), false, "woken at the end of its window, it found both slots taken");
+  assert.equal(executor.run("/r/new.sock", operation("/r/new.sock")), "waiting");
+  assert.equal(executor.waiting, 2);
+
+  gates.get("/r/a.sock")!.open();
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(woken, ["/r/retry.sock", "/r/a.sock", "/r/new.sock"], "the freed slot goes to the socket never tried before");
+  assert.equal(executor.isRunning("/r/new.sock"), true);
+  assert.equal(executor.isRunning("/r/retry.sock"), false, "the retry still waits: both slots are taken");
+
+  gates.get("/r/b.sock")!.open();
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(started, ["/r/a.sock", "/r/b.sock", "/r/new.sock", "/r/retry.sock"], "then the retry runs");
+  assert.equal(executor.waiting, 0);
+  gates.get("/r/new.sock")!.open();
+  await executor.stop();
+});

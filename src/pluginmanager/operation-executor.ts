@@ -3,7 +3,12 @@
  * backoff): one operation per key (socket path) at a time, keys in
  * parallel, and after a failure a per-key window in which the key's
  * operations are refused. A timer per key in backoff tells the owner when
- * the window ends; nothing polls.
+ * the window ends; nothing polls. Unlike goroutinemap, at most `maxRunning`
+ * operations run at once: each attempt holds descriptors (the pinned socket,
+ * the connection) for up to its dial timeout, and hundreds of sockets that
+ * never answer must not take the descriptors the API and plugins need. Keys
+ * turned away wait in line, first attempts ahead of retries, so that a
+ * new plugin does not queue behind sockets that keep failing.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { Policy } from "../policy/types.ts";
@@ -22,8 +27,10 @@ export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
 export interface OperationExecutorOptions {
   backoff: Backoff;
   clock?: Clock;
-  /** A key's operation ended or its window closed: the owner may run again. */
+  /** A key's operation ended, its window closed or its turn in line came: the owner may run again. */
   onReady?: (key: string) => void;
+  /** Operations running at once; default: no limit. */
+  maxRunning?: number;
 }
 
 interface KeyState {
@@ -38,20 +45,36 @@ export class OperationExecutor {
   readonly #clock: Clock;
   readonly #onReady: (key: string) => void;
   readonly #keys = new Map<string, KeyState>();
+  readonly #maxRunning: number;
+  #running = 0;
+  /** Keys turned away at the limit, in arrival order (a Set: a key waits once). */
+  readonly #waitingFirst = new Set<string>();
+  readonly #waitingRetry = new Set<string>();
   #stopped = false;
 
   constructor(options: OperationExecutorOptions) {
     this.#backoff = options.backoff;
     this.#clock = options.clock ?? systemClock;
     this.#onReady = options.onReady ?? (() => {});
+    this.#maxRunning = options.maxRunning ?? Infinity;
   }
 
-  /** Starts `operation` unless `key` is busy or in backoff. A rejection counts as `failed`; an aborted operation never fails. */
-  run(key: string, operation: Operation): "started" | "already-running" | "backoff" | "stopped" {
+  /**
+   * Starts `operation` unless `key` is busy or in backoff, or `maxRunning`
+   * operations run: then `key` waits in line and its onReady comes when a
+   * slot frees. A rejection counts as `failed`; an aborted operation never fails.
+   */
+  run(key: string, operation: Operation): "started" | "already-running" | "backoff" | "waiting" | "stopped" {
     if (this.#stopped) return "stopped";
     const state = this.#state(key);
     if (state.running) return "already-running";
     if (this.inBackoff(key)) return "backoff";
+    if (this.#running >= this.#maxRunning) {
+      (state.failures === 0 ? this.#waitingFirst : this.#waitingRetry).add(key);
+      return "waiting";
+    }
+    this.#waitingFirst.delete(key);
+    this.#waitingRetry.delete(key);
     const controller = new AbortController();
     const ended = (outcome: AttemptState) => {
       if (outcome === "registered") this.resetBackoff(key);
@@ -69,11 +92,20 @@ export class OperationExecutor {
       .then((outcome) => ended(outcome.state), () => ended("failed"))
       .finally(() => {
         state.running = undefined;
+        this.#running--;
         this.#forgetIfIdle(key, state);
-        if (!this.#stopped) this.#onReady(key);
+        if (this.#stopped) return;
+        this.#onReady(key);
+        this.#admitWaiting();
       });
     state.running = { controller, done };
+    this.#running++;
     return "started";
+  }
+
+  /** Keys waiting for a slot. */
+  get waiting(): number {
+    return this.#waitingFirst.size + this.#waitingRetry.size;
   }
 
   /** Counts a failure without running anything (a registered plugin's connection dropped). */
@@ -111,6 +143,8 @@ export class OperationExecutor {
   /** Refuses new operations, clears timers, aborts and awaits running ones at most `graceMs` (SPEC.md: exit in 2 s). */
   async stop(graceMs = 1500): Promise<void> {
     this.#stopped = true;
+    this.#waitingFirst.clear();
+    this.#waitingRetry.clear();
     const running: Promise<void>[] = [];
     for (const state of this.#keys.values()) {
       state.cancelTimer?.();
@@ -141,7 +175,23 @@ export class OperationExecutor {
     }, delay);
   }
 
+  /** Offers free slots to waiting keys in turn; a key whose owner no longer runs it just leaves the line. */
+  #admitWaiting(): void {
+    while (this.#running < this.#maxRunning) {
+      const key = first(this.#waitingFirst) ?? first(this.#waitingRetry);
+      if (key === undefined) return;
+      this.#waitingFirst.delete(key);
+      this.#waitingRetry.delete(key);
+      this.#onReady(key);
+    }
+  }
+
   #forgetIfIdle(key: string, state: KeyState): void {
     if (!state.running && state.failures === 0) this.#keys.delete(key);
   }
+}
+
+function first<T>(set: Set<T>): T | undefined {
+  for (const item of set) return item;
+  return undefined;
 }

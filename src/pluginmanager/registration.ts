@@ -11,7 +11,7 @@ import { type Clock, systemClock } from "../platform/clock.ts";
 import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
-import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { classifiedAs, classifyRpcError } from "../rpc/rpc-error.ts";
 import { messageOf, peerMessageOf } from "../platform/error-message.ts";
 import { pinFile } from "../platform/pinned-socket.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
@@ -45,6 +45,14 @@ export interface RegistrationContext {
  * after discovery is a plugin still starting, dialled again 1, 2, 4... ms apart.
  */
 const LISTEN_GRACE_MS = 100;
+
+/**
+ * Registration attempts running at once (the executor's `maxRunning`). Each
+ * holds two descriptors for up to its dial timeout; 128 keeps hundreds of
+ * sockets that never answer from taking the descriptors of a 1,024 limit,
+ * and is above the 100 sockets at once the registration bench measures.
+ */
+export const REGISTRATION_ATTEMPTS_AT_ONCE = 128;
 
 /** One attempt, from the owner check to NotifyRegistrationStatus(true). Never throws. */
 export async function registerPlugin(desired: DesiredSocket, context: RegistrationContext, signal: AbortSignal): Promise<AttemptOutcome> {
@@ -209,7 +217,8 @@ async function getInfoFailure(socket: string, error: unknown, getInfoMs: number,
     const limit = `${PLUGIN_INFO_LIMITS.answerBytes / 1024} KiB`;
     return refuse({ reason: "invalid_info", error: `RegisterPlugin error -- invalid plugin info: the GetInfo answer at socket ${socket} is larger than ${limit}` });
   }
-  const cause = failure === "deadline" ? `no answer within ${formatDuration(getInfoMs)}` : peerMessageOf(error);
+  // A deadline the transport marked is its connect timeout, whose message names it; the call's own is getInfo's.
+  const cause = failure === "deadline" && classifiedAs(error) !== "deadline" ? `no answer within ${formatDuration(getInfoMs)}` : peerMessageOf(error);
   const refusal: Refusal = { reason: "get_info", error: `RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket ${socket}, err: ${cause}` };
   // A plugin that answered with a gRPC error can be told; a silent or garbled one cannot.
   return failure === "status" ? refuse(refusal) : failed(refusal, null);
