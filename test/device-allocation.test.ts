@@ -12,15 +12,9 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { toJson } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
-import { ask, connected, newManager, R1, R2 } from "./support/device-manager-harness.ts";
+import { ask, connected, hold, newManager, R1, R2 } from "./support/device-manager-harness.ts";
 import { healthyDevices, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
-
-function hold() {
-  let release = () => {};
-  const held = new Promise<void>((resolve) => (release = resolve));
-  return { held: () => held, release };
-}
 
 test("two resources for one pod, then the kubelet's refusal when one runs out (TestPodContainerDeviceAllocation)", async (t) => {
   const devices = newManager(t);

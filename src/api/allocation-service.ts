@@ -1,13 +1,14 @@
 /**
  * edgeplug.v1.Agent's Allocate and Release, answered by the device manager.
- * A refusal (the kubelet's error texts) is FailedPrecondition, a malformed
- * request InvalidArgument; the message is what `edgeplug allocate` prints.
+ * A refusal (the kubelet's error texts) is FailedPrecondition, and one
+ * because the allocation queue is full ResourceExhausted (retry later); the
+ * message is what `edgeplug allocate` prints.
  */
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AllocateRequest, AllocateResponse, ReleaseRequest, ReleaseResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { AllocateResponseSchema, ReleaseResponseSchema, ResourceAllocationSchema } from "../gen/edgeplug/v1/agent_pb.ts";
-import { AllocationError } from "../handlers/deviceplugin/allocation.ts";
+import { AllocationError, AllocationQueueFullError } from "../handlers/deviceplugin/allocation.ts";
 import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
 
 /** `--container`'s default (SPEC.md section 5). */
@@ -25,6 +26,7 @@ export async function allocateDevices(devices: DeviceManager, request: AllocateR
       allocations: granted.map((grant) => create(ResourceAllocationSchema, grant)),
     });
   } catch (error) {
+    if (error instanceof AllocationQueueFullError) throw new ConnectError(error.message, Code.ResourceExhausted);
     if (error instanceof AllocationError) throw new ConnectError(error.message, Code.FailedPrecondition);
     throw error;
   }

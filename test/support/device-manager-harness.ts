@@ -42,3 +42,10 @@ export const ask = (owner: string, resources: Record<string, number>, container 
   container,
   resources: Object.entries(resources).map(([resource, count]) => ({ resource, count })),
 });
+
+/** A gate for a fake plugin's call: `held` is what the plugin awaits, `release` opens it (for good). */
+export function hold() {
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  return { held: () => held, release };
+}

@@ -22,7 +22,7 @@ export interface AllocationRequest {
   owner: string;
   container: string;
   resources: ResourceRequest[];
-  /** The caller's: once it gives up, its request is not started, and its plugin calls are abandoned. */
+  /** The caller's: once it gives up, its request leaves the queue, and its plugin calls are abandoned. */
   signal?: AbortSignal;
 }
 
@@ -37,6 +37,14 @@ export interface GrantedAllocation {
 /** A refusal whose message is the reason the caller sees (the kubelet's wording where it has one). */
 export class AllocationError extends Error {
   override name = "AllocationError";
+}
+
+/** A request refused on arrival because the queue holds as many waiting requests as it may (the API's ResourceExhausted). */
+export class AllocationQueueFullError extends AllocationError {
+  override name = "AllocationQueueFullError";
+  constructor(waiting: number) {
+    super(`allocation queue is full (${waiting} requests waiting); retry later`);
+  }
 }
 
 /** Bounds on what an API client may ask (edgeplug's, the kubelet takes these from the pod spec). */

@@ -1,6 +1,7 @@
 /**
  * Allocate and release as the device manager serves them: requests run one
- * at a time, so two never pick the same device; a release of the owner
+ * at a time, so two never pick the same device, and at most
+ * MAX_WAITING_ALLOCATIONS wait behind the running one; a release of the owner
  * whose request is in flight wins (as a pod deleted during its admission);
  * what is granted is recorded all at once, written to the checkpoint, and
  * answered once it is on disk (or its write failed, which status reports),
@@ -8,9 +9,12 @@
  * are taken. A release is written within LIST_WRITE_DELAY_MS, or sooner
  * with the next allocation.
  */
+import { API_SOCKET_LIMITS } from "../../api/limits.ts";
 import type { AllocationStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
-import { allocate, AllocationError, checkRequest, type AllocationRequest, type GrantedAllocation } from "./allocation.ts";
+import { allocate, AllocationError, checkRequest } from "./allocation.ts";
+import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
+import { AllocationQueue } from "./allocation-queue.ts";
 import type { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { allocationStatus } from "./device-status.ts";
 import type { DeviceEvents } from "./device-events.ts";
@@ -19,6 +23,14 @@ import type { ResourceTable } from "./resources.ts";
 
 /** How long an allocation's answer waits for its checkpoint write. */
 const ALLOCATION_WRITE_WAIT_MS = 5000;
+
+/**
+ * Requests that may wait behind the running one: as many as the API socket
+ * takes connections, so a script running `edgeplug allocate` for many
+ * owners at once (one connection per call) meets the connection cap first;
+ * only many HTTP/2 streams on one connection can fill the queue.
+ */
+export const MAX_WAITING_ALLOCATIONS = API_SOCKET_LIMITS.maxConnections;
 
 export interface AllocatorParts {
   resources: ResourceTable;
@@ -32,7 +44,7 @@ export interface AllocatorParts {
 
 export class Allocator {
   readonly #parts: AllocatorParts;
-  #queue: Promise<unknown> = Promise.resolve();
+  readonly #queue = new AllocationQueue(MAX_WAITING_ALLOCATIONS);
   /** The request on its way, and whether its owner was released meanwhile. */
   #inFlight: { owner: string; released: boolean } | null = null;
 
@@ -41,29 +53,38 @@ export class Allocator {
   }
 
   async allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {
-    const { resources, pods, checkpoint, events, log } = this.#parts;
-    const run = this.#queue.then(async () => {
-      checkRequest(request, this.#parts.maxDevices());
+    // Checked before the request takes a place in the queue: a malformed one never waits, nor holds its memory there.
+    checkRequest(request, this.#parts.maxDevices());
+    if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
+    const giveUpTurn = await this.#queue.take(request.owner, request.signal);
+    let outcome: { granted: GrantedAllocation[]; recorded: boolean };
+    try {
       if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
-      // A caller that gave up while queued (behind a slow plugin) must not hold the queue for its own calls too.
+      // Its caller may have given up just as its turn came.
       if (request.signal?.aborted) throw new AllocationError(`the request of owner ${request.owner} was cancelled before its turn`);
-      const inFlight = { owner: request.owner, released: false };
-      this.#inFlight = inFlight;
-      const { granted, fresh } = await allocate(request, resources, pods).finally(() => (this.#inFlight = null));
-      if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
-      if (fresh.length > 0) {
-        for (const entry of fresh) pods.add(entry);
-        log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
-        checkpoint.changed();
-        events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
-      }
-      return { granted, recorded: fresh.length > 0 };
-    });
-    this.#queue = run.catch(() => {});
-    const { granted, recorded } = await run;
+      outcome = await this.#run(request);
+    } finally {
+      giveUpTurn();
+    }
     // Outside the queue: allocations close together share one write.
-    if (recorded) await checkpoint.flush(ALLOCATION_WRITE_WAIT_MS);
-    return granted;
+    if (outcome.recorded) await this.#parts.checkpoint.flush(ALLOCATION_WRITE_WAIT_MS);
+    return outcome.granted;
+  }
+
+  /** Runs `request`, which holds the turn, and records what it was granted. */
+  async #run(request: AllocationRequest): Promise<{ granted: GrantedAllocation[]; recorded: boolean }> {
+    const { resources, pods, checkpoint, events, log } = this.#parts;
+    const inFlight = { owner: request.owner, released: false };
+    this.#inFlight = inFlight;
+    const { granted, fresh } = await allocate(request, resources, pods).finally(() => (this.#inFlight = null));
+    if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
+    if (fresh.length > 0) {
+      for (const entry of fresh) pods.add(entry);
+      log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
+      checkpoint.changed();
+      events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
+    }
+    return { granted, recorded: fresh.length > 0 };
   }
 
   /** Frees every device of `owner`; returns what was freed. */
