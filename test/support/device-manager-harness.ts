@@ -7,15 +7,16 @@ import * as path from "node:path";
 import type { TestContext } from "node:test";
 import { DeviceManager } from "../../src/handlers/deviceplugin/manager.ts";
 import { createLogger } from "../../src/log/logger.ts";
+import type { Clock } from "../../src/platform/clock.ts";
 import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./fake-device-plugin.ts";
 import { tempDir } from "./temp-dir.ts";
 
 export const R1 = "domain1.com/resource1";
 export const R2 = "domain2.com/resource2";
 
-/** A quiet manager without a checkpoint, stopped after the test. */
-export function newManager(t: TestContext): DeviceManager {
-  const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null });
+/** A quiet manager without a checkpoint (on the system clock unless given one), stopped after the test. */
+export function newManager(t: TestContext, options: { clock?: Clock } = {}): DeviceManager {
+  const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null, ...options });
   t.after(() => devices.stop());
   return devices;
 }

@@ -22,7 +22,11 @@ export interface AllocationRequest {
   owner: string;
   container: string;
   resources: ResourceRequest[];
-  /** The caller's: once it gives up, its request leaves the queue, and its plugin calls are abandoned. */
+  /**
+   * The caller's: once it gives up, its request leaves the queue, and its
+   * plugin calls are abandoned. While the request runs, the allocator adds
+   * the whole request's deadline to it.
+   */
   signal?: AbortSignal;
 }
 
@@ -44,6 +48,33 @@ export class AllocationQueueFullError extends AllocationError {
   override name = "AllocationQueueFullError";
   constructor(waiting: number) {
     super(`allocation queue is full (${waiting} requests waiting); retry later`);
+  }
+}
+
+/** Why a request's signal aborts when the whole request's deadline passes (the allocator sets it). */
+export class RequestDeadlinePassed extends Error {
+  override name = "RequestDeadlinePassed";
+  readonly deadlineMs: number;
+  constructor(deadlineMs: number) {
+    super(`the request's deadline of ${deadlineMs} ms passed`);
+    this.deadlineMs = deadlineMs;
+  }
+}
+
+export type PluginCall = "GetPreferredAllocation" | "Allocate" | "PreStartContainer";
+
+/** A request failed at its whole-request deadline, naming the plugin call that was abandoned. */
+export class AllocationDeadlineError extends AllocationError {
+  override name = "AllocationDeadlineError";
+  readonly call: PluginCall;
+  readonly resource: string;
+  constructor(owner: string, deadlineMs: number, call: PluginCall, resource: string) {
+    super(
+      `the allocation for owner ${owner} passed its deadline of ${deadlineMs / 1000} s while device plugin ${call} for ${resource} was running; ` +
+        "the call was abandoned and nothing was allocated",
+    );
+    this.call = call;
+    this.resource = resource;
   }
 }
 
@@ -110,7 +141,7 @@ export async function allocate(
       if (!held.every((id) => healthy.has(id))) {
         throw new AllocationError(`previously allocated devices are no longer healthy; cannot allocate unhealthy devices ${resource}`);
       }
-      if (endpoint?.options?.preStartRequired) await preStart(endpoint, held, request.signal);
+      if (endpoint?.options?.preStartRequired) await preStart(endpoint, held, resource, request);
       granted.push({ owner: request.owner, container: request.container, resource, devices: held, response: existing.response });
       continue;
     }
@@ -123,13 +154,13 @@ export async function allocate(
       ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size, request.signal)
       : null;
     const devices = await chooseDevices(free, count, preferred).catch((error: unknown) => {
-      throw rpcFailure("GetPreferredAllocation", error);
+      throw rpcFailure("GetPreferredAllocation", resource, request, error);
     });
     if (devices.length < count) {
       throw new AllocationError(`unexpectedly allocated less resources than required. Requested: ${count}, Got: ${devices.length}`);
     }
     const response = await endpoint.allocate(devices, request.signal).catch((error: unknown) => {
-      throw rpcFailure("Allocate", error);
+      throw rpcFailure("Allocate", resource, request, error);
     });
     // Refused before anything is recorded: a checkpoint too large to read again would lose every allocation.
     const bytes = answerBytes(response);
@@ -140,7 +171,7 @@ export async function allocate(
     if (pods.allAnswersBytes + freshAnswersBytes > ALLOCATE_ANSWER_LIMITS.allAnswersBytes) {
       throw new AllocationError(`the checkpoint's Allocate answers would take more than ${ALLOCATE_ANSWER_LIMITS.allAnswersBytes} bytes; release some owners first`);
     }
-    if (endpoint.options?.preStartRequired) await preStart(endpoint, devices, request.signal);
+    if (endpoint.options?.preStartRequired) await preStart(endpoint, devices, resource, request);
     const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
     fresh.push(entry);
     granted.push({ owner: request.owner, container: request.container, resource, devices, response });
@@ -148,15 +179,21 @@ export async function allocate(
   return { granted, fresh };
 }
 
-async function preStart(endpoint: DevicePluginEndpoint, devices: string[], signal: AbortSignal | undefined): Promise<void> {
-  await endpoint.preStartContainer(devices, signal).catch((error: unknown) => {
-    throw rpcFailure("PreStartContainer", error);
+async function preStart(endpoint: DevicePluginEndpoint, devices: string[], resource: string, request: AllocationRequest): Promise<void> {
+  await endpoint.preStartContainer(devices, request.signal).catch((error: unknown) => {
+    throw rpcFailure("PreStartContainer", resource, request, error);
   });
 }
 
-/** A plugin call that failed; a stopped endpoint says so in the kubelet's words. */
-function rpcFailure(call: string, error: unknown): AllocationError {
+/**
+ * A plugin call that failed; a stopped endpoint says so in the kubelet's
+ * words, and a call cut by the request's deadline says which deadline,
+ * since the transport's own text ("operation was aborted") names neither.
+ */
+function rpcFailure(call: PluginCall, resource: string, request: AllocationRequest, error: unknown): AllocationError {
   if (error instanceof EndpointStoppedError) return new AllocationError(error.message);
+  const reason: unknown = request.signal?.aborted ? request.signal.reason : undefined;
+  if (reason instanceof RequestDeadlinePassed) return new AllocationDeadlineError(request.owner, reason.deadlineMs, call, resource);
   return new AllocationError(`device plugin ${call} rpc failed with err: ${peerMessageOf(error)}`);
 }
 

@@ -1,7 +1,7 @@
 /**
  * Allocate and release as the device manager serves them: requests run one
- * at a time, so two never pick the same device, and at most
- * MAX_WAITING_ALLOCATIONS wait behind the running one; a release of the owner
+ * at a time, so two never pick the same device, and the queue is bounded in
+ * length and in how long one request may hold it; a release of the owner
  * whose request is in flight wins (as a pod deleted during its admission);
  * what is granted is recorded all at once, written to the checkpoint, and
  * answered once it is on disk (or its write failed, which status reports),
@@ -12,12 +12,14 @@
 import { API_SOCKET_LIMITS } from "../../api/limits.ts";
 import type { AllocationStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
-import { allocate, AllocationError, checkRequest } from "./allocation.ts";
+import type { Clock } from "../../platform/clock.ts";
+import { allocate, AllocationDeadlineError, AllocationError, checkRequest, RequestDeadlinePassed } from "./allocation.ts";
 import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
 import { AllocationQueue } from "./allocation-queue.ts";
 import type { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { allocationStatus } from "./device-status.ts";
 import type { DeviceEvents } from "./device-events.ts";
+import { PLUGIN_CALL_TIMEOUTS } from "./endpoint.ts";
 import { entryDeviceIds, type PodDevices } from "./pod-devices.ts";
 import type { ResourceTable } from "./resources.ts";
 
@@ -32,6 +34,15 @@ const ALLOCATION_WRITE_WAIT_MS = 5000;
  */
 export const MAX_WAITING_ALLOCATIONS = API_SOCKET_LIMITS.maxConnections;
 
+/**
+ * How long one request may hold the queue, all its plugin calls together:
+ * what one resource's calls may take, each at its own timeout. So a request
+ * for one resource is never cut sooner than its calls' own timeouts would
+ * cut it, and one for 64 resources cannot hold the others up 64 times as long.
+ */
+export const ALLOCATION_REQUEST_DEADLINE_MS =
+  PLUGIN_CALL_TIMEOUTS.getPreferredAllocationMs + PLUGIN_CALL_TIMEOUTS.allocateMs + PLUGIN_CALL_TIMEOUTS.preStartContainerMs;
+
 export interface AllocatorParts {
   resources: ResourceTable;
   pods: PodDevices;
@@ -40,6 +51,8 @@ export interface AllocatorParts {
   log: Logger;
   maxDevices: () => number;
   stopped: () => boolean;
+  /** Times each request's deadline. */
+  clock: Clock;
 }
 
 export class Allocator {
@@ -71,12 +84,27 @@ export class Allocator {
     return outcome.granted;
   }
 
-  /** Runs `request`, which holds the turn, and records what it was granted. */
+  /** Runs `request`, which holds the turn, under its deadline, and records what it was granted. */
   async #run(request: AllocationRequest): Promise<{ granted: GrantedAllocation[]; recorded: boolean }> {
-    const { resources, pods, checkpoint, events, log } = this.#parts;
+    const { resources, pods, checkpoint, events, log, clock } = this.#parts;
+    const deadline = new AbortController();
+    const cancelTimer = clock.setTimer(() => deadline.abort(new RequestDeadlinePassed(ALLOCATION_REQUEST_DEADLINE_MS)), ALLOCATION_REQUEST_DEADLINE_MS);
+    const signal = request.signal ? AbortSignal.any([request.signal, deadline.signal]) : deadline.signal;
     const inFlight = { owner: request.owner, released: false };
     this.#inFlight = inFlight;
-    const { granted, fresh } = await allocate(request, resources, pods).finally(() => (this.#inFlight = null));
+    let ran: Awaited<ReturnType<typeof allocate>>;
+    try {
+      ran = await allocate({ ...request, signal }, resources, pods);
+    } catch (error) {
+      if (error instanceof AllocationDeadlineError) {
+        log.warn("allocation passed its deadline", { owner: request.owner, resource: error.resource, call: error.call, deadlineMs: ALLOCATION_REQUEST_DEADLINE_MS });
+      }
+      throw error;
+    } finally {
+      cancelTimer();
+      this.#inFlight = null;
+    }
+    const { granted, fresh } = ran;
     if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
     if (fresh.length > 0) {
       for (const entry of fresh) pods.add(entry);

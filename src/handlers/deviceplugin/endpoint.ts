@@ -60,10 +60,15 @@ export class EndpointStoppedError extends Error {
   }
 }
 
-/** The kubelet's PreStartContainer deadline (KubeletPreStartContainerRPCTimeoutInSecs). */
-const PRE_START_TIMEOUT_MS = 30_000;
 /** edgeplug bounds the calls the kubelet leaves unbounded, so a hung plugin cannot hold an allocation forever. */
 const CALL_TIMEOUT_MS = 30_000;
+/** The deadline of each allocation call to a plugin; the allocator's whole-request deadline derives from them. */
+export const PLUGIN_CALL_TIMEOUTS = {
+  getPreferredAllocationMs: CALL_TIMEOUT_MS,
+  allocateMs: CALL_TIMEOUT_MS,
+  /** The kubelet's (KubeletPreStartContainerRPCTimeoutInSecs). */
+  preStartContainerMs: 30_000,
+} as const;
 /** Backoff before opening ListAndWatch again after an oversized message. */
 const REOPEN_INITIAL_MS = 250;
 const REOPEN_MAX_MS = 30_000;
@@ -193,7 +198,7 @@ export class DevicePluginEndpoint {
     const response = await this.#call(() =>
       this.#client.getPreferredAllocation(
         { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
-        { signal: this.#callSignal(caller), timeoutMs: CALL_TIMEOUT_MS },
+        { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.getPreferredAllocationMs },
       ),
     );
     return response.containerResponses[0]?.deviceIDs ?? [];
@@ -201,7 +206,7 @@ export class DevicePluginEndpoint {
 
   async allocate(deviceIds: string[], caller?: AbortSignal): Promise<ContainerAllocateResponse> {
     const response = await this.#call(() =>
-      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#callSignal(caller), timeoutMs: CALL_TIMEOUT_MS }),
+      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.allocateMs }),
     );
     const first = response.containerResponses[0];
     if (!first) throw new Error(`no containers return in allocation response ${JSON.stringify({ containerResponses: [] })}`);
@@ -209,7 +214,7 @@ export class DevicePluginEndpoint {
   }
 
   async preStartContainer(deviceIds: string[], caller?: AbortSignal): Promise<void> {
-    await this.#call(() => this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#callSignal(caller), timeoutMs: PRE_START_TIMEOUT_MS }));
+    await this.#call(() => this.#client.preStartContainer({ devicesIds: deviceIds }, { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.preStartContainerMs }));
   }
 
   /** Ends a call with the endpoint, or sooner when the caller (an API client) gives up. */

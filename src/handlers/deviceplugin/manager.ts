@@ -83,6 +83,7 @@ export class DeviceManager {
       log: this.#log,
       maxDevices: () => this.#settings.maxDevicesPerResource,
       stopped: () => this.#stopped,
+      clock,
     });
   }
 
@@ -197,7 +198,7 @@ export class DeviceManager {
     return this.#pods;
   }
 
-  /** Allocates devices (allocator.ts): one request at a time, answered once in the checkpoint. */
+  /** Allocates devices (allocator.ts): one request at a time, a bounded line behind it, answered once in the checkpoint. */
   allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {
     return this.#allocator.allocate(request);
   }
