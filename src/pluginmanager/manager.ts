@@ -12,6 +12,7 @@ import { type PluginManagerObserver, Reconciler } from "./reconciler.ts";
 import { REGISTRATION_ATTEMPTS_AT_ONCE, type RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
 import { guarded, type HandlerFactories } from "./types.ts";
+import { WATCH_LIMITS } from "./watch-limits.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 export type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "./reconciler.ts";
@@ -49,7 +50,8 @@ export class PluginManager {
       maxRunning: REGISTRATION_ATTEMPTS_AT_ONCE,
       onReady: (socket) => this.#reconciler.reconcile(socket),
     }));
-    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()) });
+    const sockets = () => WATCH_LIMITS.socketsPerPluginSlot * this.#context.policy.security.maxPlugins;
+    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()), limits: { sockets } });
     const { resyncMs } = policy.reconcile;
     this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, observer, resyncMs, clock, onResync: () => this.#watcher.rescan() });
   }

@@ -48,6 +48,10 @@ export class DesiredStateOfWorld {
     return this.#sockets.get(socket);
   }
 
+  get size(): number {
+    return this.#sockets.size;
+  }
+
   /** Unsorted: the watcher scans them on every event and must not pay for a sort. */
   paths(): string[] {
     return [...this.#sockets.keys()];

@@ -6,15 +6,20 @@
  * to the end, in the filesystem's order. Unlike the kubelet's: a failed read
  * (EMFILE, EACCES, EIO) proves nothing, so what is under it is kept, logged
  * once and read again with a doubling delay (only a listing without it or
- * ENOENT drops a socket); and each root's parent is watched for the root's
- * name, so a root removed and re-created is watched again at once.
+ * ENOENT drops a socket); each root's parent is watched for the root's
+ * name, so a root removed and re-created is watched again at once; and what
+ * it holds is bounded (WATCH_LIMITS), where the kubelet watches and keeps
+ * whatever a recursive root holds. An event costs what it touched, not what
+ * is known: only a directory walked before makes a sync look for entries gone.
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Logger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
 import { messageOf } from "../platform/error-message.ts";
+import { FailingPaths } from "./failing-paths.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
+import { type Skipped, WatchLimits } from "./watch-limits.ts";
 
 /** The reads the watcher decides with. Tests inject EMFILE or EIO here, which root cannot provoke; sockets and inotify stay real. */
 export interface WatcherFileSystem {
@@ -33,15 +38,18 @@ export interface PluginWatcherOptions {
   log: Logger;
   now?: () => Date;
   fileSystem?: WatcherFileSystem;
+  /** Defaults: WATCH_LIMITS.directories; no limit on sockets. */
+  limits?: { directories?: number; sockets?: () => number };
 }
 
 /** `roots`: for a root's parent, the names of the roots in it. */
 type Watch = { watcher: fs.FSWatcher; inode: string; roots?: Set<string> };
-/** What one walk learnt; whatever is at or under an `unknown` path is kept as it was. */
-type Walk = { found: Map<string, string>; walked: Set<string>; unknown: Set<string> };
-
-const FIRST_RETRY_MS = 200;
-const MAX_RETRY_MS = 10_000;
+/**
+ * What one walk learnt; whatever is at or under an `unknown` path is kept as
+ * it was. `watched`: directories watched; `descended`: directories read (or
+ * tried); `skipped`: directories and sockets left out by a limit.
+ */
+type Walk = { found: Map<string, string>; watched: Set<string>; descended: Set<string>; unknown: Set<string>; skipped: Skipped };
 
 export class PluginWatcher {
   #dirs: WatchDir[];
@@ -53,10 +61,10 @@ export class PluginWatcher {
   readonly #parents = new Map<string, Watch>();
   /** Roots that could not be created, warned about once until they can. */
   readonly #uncreatable = new Set<string>();
-  /** Paths whose last read failed: logged when they start failing and when they read again. */
-  readonly #failing = new Set<string>();
-  #retryTimer: NodeJS.Timeout | undefined;
-  #retryRound = 0;
+  readonly #failing: FailingPaths;
+  /** Directories walked into: only under these can a sync find something gone. */
+  readonly #descended = new Set<string>();
+  readonly #limits: WatchLimits;
   #running = false;
 
   constructor(options: PluginWatcherOptions) {
@@ -65,6 +73,10 @@ export class PluginWatcher {
     this.#log = options.log;
     this.#now = options.now ?? (() => new Date());
     this.#fs = options.fileSystem ?? realWatcherFileSystem;
+    this.#failing = new FailingPaths(this.#log, (targets) => {
+      if (this.#running) for (const target of targets) this.#sync(target);
+    });
+    this.#limits = new WatchLimits(this.#log, options.limits ?? {});
   }
 
   /** Creates every watch directory (throws naming the one it cannot create), watches and walks it. */
@@ -94,7 +106,13 @@ export class PluginWatcher {
       }
     }
     this.#watchRootParents();
-    for (const dir of this.#dirs) this.#sync(dir.path);
+    const skipped = { dirs: 0, sockets: 0 };
+    for (const dir of this.#dirs) {
+      const walk = this.#sync(dir.path);
+      skipped.dirs += walk.skipped.dirs;
+      skipped.sockets += walk.skipped.sockets;
+    }
+    this.#limits.resynced(skipped, this.#known());
   }
 
   /** A policy reload: forgets what is no longer under a root, then creates and walks every root. */
@@ -107,7 +125,8 @@ export class PluginWatcher {
     for (const dir of before) if (!after.has(dir)) this.#log.info("watch directory no longer watched", { dir });
     for (const socket of this.#dsw.paths()) if (!this.#watchable(path.dirname(socket))) this.#dsw.remove(socket);
     for (const dir of [...this.#watched.keys()]) if (!this.#watchable(dir)) this.#unwatch(this.#watched, dir);
-    this.#forgetFailures((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
+    for (const dir of this.#descended) if (!this.#worthWalking(dir)) this.#descended.delete(dir);
+    this.#failing.forget((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
     for (const root of this.#uncreatable) if (!after.has(root)) this.#uncreatable.delete(root);
     this.rescan();
   }
@@ -116,7 +135,8 @@ export class PluginWatcher {
   stop(): void {
     this.#running = false;
     for (const watches of [this.#watched, this.#parents]) for (const dir of [...watches.keys()]) this.#unwatch(watches, dir);
-    this.#forgetFailures(() => true);
+    this.#descended.clear();
+    this.#failing.forget(() => true);
   }
 
   /** Directories whose sockets count: roots, and sub-directories of recursive roots. */
@@ -129,18 +149,42 @@ export class PluginWatcher {
     return this.#watchable(dir) || this.#dirs.some((root) => isUnder(root.path, dir));
   }
 
-  /** Brings the desired state and the watches at and under `target` in line with the disk; what is unreadable stays. */
-  #sync(target: string): void {
-    const walk: Walk = { found: new Map(), walked: new Set(), unknown: new Set() };
+  /**
+   * Brings the desired state and the watches at and under `target` in line
+   * with the disk; what is unreadable stays. Returns what it learnt.
+   */
+  #sync(target: string): Walk {
+    // Nothing under a directory never walked into is known, so only `target` itself can be gone.
+    const subtreeKnown = this.#descended.has(target);
+    const walk: Walk = { found: new Map(), watched: new Set(), descended: new Set(), unknown: new Set(), skipped: { dirs: 0, sockets: 0 } };
     this.#walk(target, walk);
     const gone = (entry: string) =>
       (entry === target || isUnder(entry, target)) &&
       !(walk.unknown.size > 0 && [...walk.unknown].some((unknown) => entry === unknown || isUnder(entry, unknown)));
-    for (const [socket, inode] of walk.found) this.#dsw.addOrUpdate(socket, inode, this.#now());
-    for (const socket of this.#dsw.paths()) if (!walk.found.has(socket) && gone(socket)) this.#dsw.remove(socket);
-    for (const watched of [...this.#watched.keys()]) if (!walk.walked.has(watched) && gone(watched)) this.#unwatch(this.#watched, watched);
+    // Gone first, so that the room they leave under the socket limit is there for the new ones.
+    const known = subtreeKnown ? this.#dsw.paths() : this.#dsw.get(target) ? [target] : [];
+    for (const socket of known) if (!walk.found.has(socket) && gone(socket)) this.#dsw.remove(socket);
+    const watchedBefore = this.#watched.size;
+    if (subtreeKnown) {
+      for (const watched of [...this.#watched.keys()]) if (!walk.watched.has(watched) && gone(watched)) this.#unwatch(this.#watched, watched);
+      for (const dir of this.#descended) if (!walk.descended.has(dir) && gone(dir)) this.#descended.delete(dir);
+    }
+    // The walk counted watches of directories it then found gone: walk again with their room.
+    if (walk.skipped.dirs > 0 && this.#watched.size < watchedBefore) return this.#sync(target);
+    for (const dir of walk.descended) this.#descended.add(dir);
+    const socketLimit = this.#limits.sockets;
+    for (const [socket, inode] of walk.found) {
+      if (this.#dsw.get(socket) === undefined && this.#dsw.size >= socketLimit) walk.skipped.sockets++;
+      else this.#dsw.addOrUpdate(socket, inode, this.#now());
+    }
     // Failing paths this walk no longer reached went with a parent that was read.
-    this.#forgetFailures(gone);
+    this.#failing.forget(gone);
+    this.#limits.walked(walk.skipped, this.#known());
+    return walk;
+  }
+
+  #known() {
+    return { directories: this.#watched.size, sockets: this.#dsw.size };
   }
 
   /** Records what is at `target`: a socket of a watchable directory, or a directory worth walking and its content. */
@@ -150,15 +194,21 @@ export class PluginWatcher {
     const stat = this.#read(target, () => this.#fs.lstat(target), "lstat", inWatchable || worthWalking ? walk : null);
     if (stat === undefined) return;
     if (!stat?.isDirectory() || !worthWalking) {
-      this.#settled(target);
+      this.#failing.settled(target);
       if (stat?.isSocket() && inWatchable) walk.found.set(target, inodeOf(stat));
       return;
     }
+    const isRoot = this.#dirs.some((root) => root.path === target);
+    if (this.#watchable(target) && !isRoot && !this.#watched.has(target) && this.#watched.size >= this.#limits.directories) {
+      walk.skipped.dirs++;
+      return;
+    }
     // Watched before it is read, so that nothing created in between is missed.
-    if (this.#watchable(target) && this.#watch(this.#watched, target, inodeOf(stat))) walk.walked.add(target);
+    if (this.#watchable(target) && this.#watch(this.#watched, target, inodeOf(stat))) walk.watched.add(target);
+    walk.descended.add(target);
     const names = this.#read(target, () => this.#fs.readdir(target).sort(), "readdir", walk);
     if (names === undefined) return;
-    this.#settled(target);
+    this.#failing.settled(target);
     for (const name of names ?? []) if (!name.startsWith(".")) this.#walk(path.join(target, name), walk);
   }
 
@@ -171,43 +221,9 @@ export class PluginWatcher {
       if (code === "ENOENT" || code === "ENOTDIR") return null;
       if (walk === null) return undefined;
       walk.unknown.add(target);
-      if (!this.#failing.has(target)) {
-        const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
-        this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
-      }
-      this.#failing.add(target);
-      this.#retryTimer ??= this.#armRetry();
+      this.#failing.failed(target, operation, error);
       return undefined;
     }
-  }
-
-  #settled(target: string): void {
-    if (!this.#failing.delete(target)) return;
-    this.#log.info("watch path readable again", { path: target });
-    if (this.#failing.size === 0) this.#forgetFailures(() => true);
-  }
-
-  /** Drops, without a log, failing paths no longer watched or no longer there; the retry stops with the last. */
-  #forgetFailures(unwanted: (target: string) => boolean): void {
-    for (const target of this.#failing) if (unwanted(target)) this.#failing.delete(target);
-    if (this.#failing.size > 0) return;
-    clearTimeout(this.#retryTimer);
-    this.#retryTimer = undefined;
-    this.#retryRound = 0;
-  }
-
-  #armRetry(): NodeJS.Timeout {
-    const delay = Math.min(FIRST_RETRY_MS * 2 ** Math.min(this.#retryRound, 30), MAX_RETRY_MS);
-    const timer = setTimeout(() => {
-      this.#retryTimer = undefined;
-      this.#retryRound++;
-      // Shorter paths first: reading a directory again may settle what is under it.
-      const targets = [...this.#failing].sort((a, b) => a.length - b.length);
-      if (this.#running) for (const target of targets) this.#sync(target);
-      if (this.#failing.size > 0) this.#retryTimer ??= this.#armRetry();
-    }, delay);
-    timer.unref();
-    return timer;
   }
 
   /** Watches each root's parent for the root's name, unless it is a plugin directory (which reports the root already). */

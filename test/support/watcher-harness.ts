@@ -10,7 +10,7 @@ import type { WatchDir } from "../../src/policy/types.ts";
 import { DesiredStateOfWorld } from "../../src/pluginmanager/state-of-world.ts";
 import type { DesiredSocket } from "../../src/pluginmanager/state-of-world.ts";
 import { PluginWatcher } from "../../src/pluginmanager/watcher.ts";
-import type { WatcherFileSystem } from "../../src/pluginmanager/watcher.ts";
+import type { PluginWatcherOptions, WatcherFileSystem } from "../../src/pluginmanager/watcher.ts";
 
 export const quietLog = createLogger({ level: "error", format: "text" });
 
@@ -31,7 +31,7 @@ export function close(server: net.Server): Promise<void> {
 export function startWatcher(
   t: TestContext,
   dirs: (Partial<WatchDir> & { path: string })[],
-  options: { log?: Logger; fileSystem?: WatcherFileSystem } = {},
+  options: { log?: Logger; fileSystem?: WatcherFileSystem; limits?: PluginWatcherOptions["limits"] } = {},
 ) {
   const dsw = new DesiredStateOfWorld();
   const watcher = new PluginWatcher({
@@ -39,6 +39,7 @@ export function startWatcher(
     dsw,
     log: options.log ?? quietLog,
     fileSystem: options.fileSystem,
+    limits: options.limits,
   });
   t.after(() => watcher.stop());
   watcher.start();

@@ -1,0 +1,63 @@
+/**
+ * What the plugin watcher holds at most, where the kubelet watches and keeps
+ * whatever a recursive root holds: sub-directories watched (each an inotify
+ * watch, walked at every resync: 20,000 took 0.4 s a resync) and sockets in
+ * the desired state (each a registration attempt, a status record). What is
+ * past a limit is left out, warned once, and taken in by the first resync
+ * that finds room.
+ */
+import type { Logger } from "../log/logger.ts";
+
+/**
+ * `directories`: directories watched at once, roots included (a root is
+ * watched even past it). `socketsPerPluginSlot`: sockets known per `security.maxPlugins`
+ * slot, room for a rolling upgrade's second socket and for stale and refused ones.
+ */
+export const WATCH_LIMITS = { directories: 1024, socketsPerPluginSlot: 4 } as const;
+
+/** What one walk left out. */
+export interface Skipped {
+  dirs: number;
+  sockets: number;
+}
+
+export class WatchLimits {
+  readonly directories: number;
+  /** Read at each sync: a reload may change it. */
+  readonly #sockets: () => number;
+  readonly #log: Logger;
+  /** Set from the first walk that left something out to the first resync that left nothing out. */
+  #warned = false;
+
+  constructor(log: Logger, options: { directories?: number; sockets?: () => number }) {
+    this.#log = log;
+    this.directories = options.directories ?? WATCH_LIMITS.directories;
+    this.#sockets = options.sockets ?? (() => Infinity);
+  }
+
+  get sockets(): number {
+    return this.#sockets();
+  }
+
+  /** After any walk. */
+  walked(skipped: Skipped, known: { directories: number; sockets: number }): void {
+    if (skipped.dirs + skipped.sockets === 0 || this.#warned) return;
+    this.#warned = true;
+    this.#log.warn("watch limits reached; what is past them is not watched until a resync finds room", {
+      watchedDirectories: known.directories,
+      directoryLimit: this.directories,
+      skippedDirectories: skipped.dirs,
+      knownSockets: known.sockets,
+      socketLimit: this.sockets,
+      skippedSockets: skipped.sockets,
+    });
+  }
+
+  /** After a full resync, with what all its walks left out. */
+  resynced(skipped: Skipped, known: { directories: number; sockets: number }): void {
+    if (skipped.dirs + skipped.sockets > 0) return this.walked(skipped, known);
+    if (!this.#warned) return;
+    this.#warned = false;
+    this.#log.info("watch limits no longer reached: every directory and socket is watched again");
+  }
+}
