@@ -144,3 +144,20 @@ test("an allocation is on disk when answered and carries the releases before it;
   await written;
   assert.deepEqual(ownersOnDisk(), [], "the release reached the disk without another change");
 });
+
+test("a reload's new gracePeriod applies to a resource already disconnected, counted from its disconnection", async (t) => {
+  const dir = tempDir(t);
+  const clock = manualClock();
+  const devices = await managerWithCheckpoint(t, path.join(dir, "kubelet_internal_checkpoint"), clock);
+  const p1 = await plugin(t, dir, "r1.sock", [h("a")]);
+  await devices.connect(R1, p1.socketPath);
+  await waitForDeviceState(devices, "listed", () => devices.resource(R1)?.capacity === 1);
+  p1.endStreams();
+  await waitForDeviceState(devices, "disconnected", () => devices.resource(R1)?.connected === false);
+  clock.advance(60_000);
+  devices.applySettings({ gracePeriodMs: 100_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000 });
+  clock.advance(39_999);
+  assert.equal(devices.resource(R1)?.connected, false, "kept until 100 s after it disconnected");
+  clock.advance(1);
+  assert.equal(devices.resource(R1), undefined, "removed then, not 300 s after");
+});

@@ -33,12 +33,25 @@ export class ResourceTable {
   readonly #resources = new Map<string, ResourceState>();
   readonly #clock: Clock;
   readonly #changed: (change: ResourceChange) => void;
-  gracePeriodMs: number;
+  #gracePeriodMs: number;
 
   constructor(options: { clock: Clock; gracePeriodMs: number; changed: (change: ResourceChange) => void }) {
     this.#clock = options.clock;
-    this.gracePeriodMs = options.gracePeriodMs;
+    this.#gracePeriodMs = options.gracePeriodMs;
     this.#changed = options.changed;
+  }
+
+  get gracePeriodMs(): number {
+    return this.#gracePeriodMs;
+  }
+
+  /** A reload: resources already disconnected leave when the new period since their disconnection ends (at once if it has). */
+  set gracePeriodMs(gracePeriodMs: number) {
+    if (gracePeriodMs === this.#gracePeriodMs) return;
+    this.#gracePeriodMs = gracePeriodMs;
+    for (const state of this.#resources.values()) {
+      if (state.cancelGrace !== null && state.stoppedAt !== null) this.#armGrace(state, Math.max(0, state.stoppedAt + gracePeriodMs - this.#clock.now()));
+    }
   }
 
   get(name: string): ResourceState | undefined {
@@ -159,12 +172,17 @@ export class ResourceTable {
     state.devices.health.fill(0);
     state.stoppedAt = this.#clock.now();
     state.version++;
+    this.#armGrace(state, this.#gracePeriodMs);
+  }
+
+  #armGrace(state: ResourceState, delayMs: number): void {
     state.cancelGrace?.();
     state.cancelGrace = this.#clock.setTimer(() => {
+      state.cancelGrace = null;
       if (this.#resources.get(state.name) !== state || state.endpoints.size > 0) return;
       this.#resources.delete(state.name);
       this.#changed({ resource: state.name, removed: true, connection: true });
-    }, this.gracePeriodMs);
+    }, delayMs);
   }
 }
 
