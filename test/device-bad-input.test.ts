@@ -1,8 +1,8 @@
 /**
  * Device plugins are untrusted (SPEC.md section 3, "Bad input"): the
- * endpoints a plugin may name on each registration path (endpoint-check.ts),
- * and a ListAndWatch message over the size cap, which is refused without
- * losing the plugin's last good list.
+ * endpoints a plugin may name on each registration path (endpoint-rules.ts,
+ * deviceplugin/endpoint-check.ts), and a ListAndWatch message over the size
+ * cap, which is refused without losing the plugin's last good list.
  */
 import assert from "node:assert/strict";
 import { once } from "node:events";

@@ -78,11 +78,15 @@ export function pinFile(file: string): PinnedSocket | null {
   }
 }
 
-/** A device plugin's endpoint opened for dialling, or why it is not a socket of its own (missing, a link, another kind of file). */
-export function pinSocket(socket: string): PinnedSocket | { refused: string } {
+/**
+ * A plugin's endpoint opened for dialling, or why it is not a socket of its
+ * own (missing, a link, another kind of file); `service` is what the plugin
+ * should serve there, for the message when nothing is there.
+ */
+export function pinSocket(socket: string, service = "DevicePlugin"): PinnedSocket | { refused: string; missing: boolean } {
   const quoted = JSON.stringify(socket);
   const opened = pinFile(socket);
-  if (opened === null) return { refused: `no socket at ${quoted} (serve DevicePlugin there before registering)` };
+  if (opened === null) return { refused: `no socket at ${quoted} (serve ${service} there before registering)`, missing: true };
   const refused = opened.stat.isSymbolicLink()
     ? `endpoint ${quoted} is a symbolic link; name the socket itself`
     : opened.stat.isSocket()
@@ -90,5 +94,5 @@ export function pinSocket(socket: string): PinnedSocket | { refused: string } {
       : `endpoint ${quoted} is not a unix socket`;
   if (refused === null) return opened;
   opened.close();
-  return { refused };
+  return { refused, missing: false };
 }

@@ -1,5 +1,6 @@
 /** What the device manager takes from a policy, at start and on every reload. */
 import type { Policy } from "../../policy/types.ts";
+import { endpointRules } from "../endpoint-rules.ts";
 import type { DeviceSettings } from "./types.ts";
 
 export function deviceSettings(policy: Policy): DeviceSettings {
@@ -7,10 +8,6 @@ export function deviceSettings(policy: Policy): DeviceSettings {
     gracePeriodMs: policy.devicePlugins.gracePeriodMs,
     maxDevicesPerResource: policy.security.maxDevicesPerResource,
     dialTimeoutMs: policy.reconcile.timeouts.dialMs,
-    endpointRules: {
-      socketOwners: policy.security.socketOwners,
-      watchDirs: policy.watch.map((dir) => dir.path),
-      ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
-    },
+    endpointRules: endpointRules(policy),
   };
 }

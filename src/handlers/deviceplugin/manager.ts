@@ -12,7 +12,6 @@
  * const manager = new PluginManager({ policy, log, handlers: { DevicePlugin: (p, c) => devices.handler(p, c) } });
  * ```
  */
-import process from "node:process";
 import type { AllocationStatus, ResourceStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { systemClock } from "../../platform/clock.ts";
@@ -27,7 +26,8 @@ import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
-import { sharedSocketRefusal, watchedEndpointRefusal, type WatchedEndpointRules } from "./endpoint-check.ts";
+import { sharedSocketRefusal } from "./endpoint-check.ts";
+import { defaultEndpointRules, watchedEndpointRefusal, type WatchedEndpointRules } from "../endpoint-rules.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
@@ -48,7 +48,7 @@ export class DeviceManager {
   constructor(options: DeviceManagerOptions) {
     this.#log = options.log.with({ component: "devicemanager" });
     this.#events = new DeviceEvents(this.#log);
-    this.#settings = settingsWithDefaults(options, { socketOwners: [0, process.getuid?.() ?? 0], watchDirs: [], ownSockets: [] });
+    this.#settings = settingsWithDefaults(options, defaultEndpointRules());
     const clock = options.clock ?? systemClock;
     this.#resources = new ResourceTable({
       clock,
@@ -98,7 +98,7 @@ export class DeviceManager {
     this.#settings = settingsWithDefaults(settings, this.#settings.endpointRules);
   }
 
-  /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled for `resource` (endpoint-check.ts), or null. */
+  /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled for `resource` (endpoint-rules.ts, endpoint-check.ts), or null. */
   watchedEndpointRefusal(resource: string, endpoint: PinnedSocket, registrationSocket: string): string | null {
     return (
       watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ??

@@ -5,7 +5,7 @@
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
-import type { WatchedEndpointRules } from "./endpoint-check.ts";
+import type { WatchedEndpointRules } from "../endpoint-rules.ts";
 import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 

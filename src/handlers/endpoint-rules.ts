@@ -1,0 +1,67 @@
+/**
+ * Which sockets edgeplug agrees to dial when a plugin registered through a
+ * watched directory names its endpoint (every plugin is untrusted); a
+ * module of its own so that every handler that dials an endpoint can apply
+ * them.
+ *
+ * The kubelet dials the endpoint wherever it is, and edgeplug does too
+ * (drivers keep their service sockets in their own directories, such as
+ * /var/lib/kubelet/plugins/<driver>/), with the rules that keep one plugin
+ * from passing itself off as another or reaching edgeplug itself: the
+ * endpoint must be a socket itself (not a symbolic link), owned by a uid of
+ * `security.socketOwners` like the registration socket that named it;
+ * inside a watched directory it may only be the plugin's own registration
+ * socket (another one there belongs to another plugin); never one of
+ * edgeplug's own sockets.
+ *
+ * The rules judge the socket opened for dialling (src/platform/pinned-socket.ts),
+ * so a plugin cannot swap it between the rules and the dial.
+ */
+import * as path from "node:path";
+import process from "node:process";
+import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
+import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import type { Policy } from "../policy/types.ts";
+
+export interface WatchedEndpointRules {
+  /** security.socketOwners */
+  socketOwners: readonly number[];
+  /** The watch directories (policy `watch[].path`). */
+  watchDirs: readonly string[];
+  /** Sockets edgeplug serves (the registration socket, the API socket). */
+  ownSockets: readonly string[];
+}
+
+/** The rules `policy` sets. */
+export function endpointRules(policy: Policy): WatchedEndpointRules {
+  return {
+    socketOwners: policy.security.socketOwners,
+    watchDirs: policy.watch.map((dir) => dir.path),
+    ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
+  };
+}
+
+/** Without a policy (tests, callers that bring no agent): root and the agent's uid may own endpoints; no other rule. */
+export function defaultEndpointRules(): WatchedEndpointRules {
+  return { socketOwners: [0, process.getuid?.() ?? 0], watchDirs: [], ownSockets: [] };
+}
+
+/** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled; or null. */
+export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" | "stat">, registrationSocket: string, rules: WatchedEndpointRules): string | null {
+  const { realPath } = endpoint;
+  const uid = Number(endpoint.stat.uid);
+  const quoted = JSON.stringify(realPath);
+  if (rules.ownSockets.some((own) => canonicalSocketPath(own) === realPath)) return `endpoint ${quoted} is one of edgeplug's own sockets`;
+  const watchDirs = rules.watchDirs.map(canonicalDirectory);
+  if (realPath !== canonicalSocketPath(registrationSocket) && watchDirs.some((dir) => isInside(realPath, dir))) {
+    return `endpoint ${quoted} is in a watched directory but is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
+  }
+  if (rules.socketOwners.includes(uid)) return null;
+  return `endpoint ${quoted} is owned by uid ${uid}, not in security.socketOwners ${JSON.stringify(rules.socketOwners)}`;
+}
+
+function isInside(file: string, dir: string): boolean {
+  const relative = path.relative(dir, file);
+  // "..sock" is inside; "../x" and ".." are not.
+  return relative !== "" && relative !== ".." && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative);
+}
