@@ -19,6 +19,7 @@ import { createLogger } from "../src/log/logger.ts";
 import { pinSocket } from "../src/platform/pinned-socket.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState } from "./support/fake-device-plugin.ts";
+import { socketsHeldUnder } from "./support/grpc-peers.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
@@ -94,20 +95,6 @@ test("the socket that passed the checks is the socket dialled: swapped for anoth
   devices.disconnect(R, pinned.realPath);
   assert.deepEqual(socketsHeldUnder(dir), [], "the descriptor is closed with the endpoint");
 });
-
-/** Paths under `dir` that this process holds a descriptor to (sockets opened by path, not connections). */
-function socketsHeldUnder(dir: string): string[] {
-  const held: string[] = [];
-  for (const fd of fs.readdirSync("/proc/self/fd")) {
-    try {
-      const target = fs.readlinkSync(`/proc/self/fd/${fd}`);
-      if (target.startsWith(`${dir}/`)) held.push(target);
-    } catch {
-      // closed meanwhile (readdir's own descriptor)
-    }
-  }
-  return held.sort();
-}
 
 test("Register's socket holds clients to limits: connections over the cap and idle ones are closed, an oversized request is refused", async (t) => {
   const { socketPath } = await registrationServer(t, { maxConnections: 3, idleTimeoutMs: 300, requestBodyTimeoutMs: 1000, maxRequestBodyBytes: 1024 });

@@ -192,3 +192,17 @@ export async function createStaleSocket(socketPath: string): Promise<void> {
 export function openDescriptors(): string[] {
   return fs.readdirSync("/proc/self/fd");
 }
+
+/** Paths under `dir` that this process holds a descriptor to (sockets opened by path, not connections). */
+export function socketsHeldUnder(dir: string): string[] {
+  const held: string[] = [];
+  for (const fd of fs.readdirSync("/proc/self/fd")) {
+    try {
+      const target = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      if (target.startsWith(`${dir}/`)) held.push(target);
+    } catch {
+      // closed meanwhile (readdir's own descriptor)
+    }
+  }
+  return held.sort();
+}
