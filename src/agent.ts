@@ -21,6 +21,7 @@ import { deviceSettings } from "./handlers/deviceplugin/device-settings.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
+import { endpointRules } from "./handlers/endpoint-rules.ts";
 import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
 import type { Logger } from "./log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
@@ -101,7 +102,8 @@ export class EdgeplugAgent {
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
     });
-    this.#csiDra = csiDraDrivers(log, policy.reconcile.timeouts.dialMs);
+    // The rules of the policy in force: a reload changes them for the next registration.
+    this.#csiDra = csiDraDrivers({ log, dialTimeoutMs: policy.reconcile.timeouts.dialMs, endpointRules: () => endpointRules(this.#policy) });
     this.pluginStatus = new PluginStatusCache({ log });
     this.manager = new PluginManager({
       policy,

@@ -4,7 +4,8 @@
  * socket in the watched directory whose endpoint is the driver's CSI socket
  * elsewhere), a failed NodeGetInfo retried by the plugin manager, and two DRA
  * instances of one driver whose service connections drop one after the
- * other, as `status` and WatchEvents show it.
+ * other, as `status` and WatchEvents show it; endpoints judged by the
+ * policy's rules (src/handlers/endpoint-rules.ts), a reload included.
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
@@ -36,7 +37,7 @@ async function startAgent(t: test.TestContext) {
   const agent = new EdgeplugAgent({ policy, log: createLogger({ level: "error", write: () => {} }) });
   t.after(() => agent.stop());
   await agent.start();
-  return { agent, registry, plugins, apiSocket: policy.api.socket };
+  return { agent, policy, registry, plugins, apiSocket: policy.api.socket };
 }
 
 /** Reads the agent's WatchEvents until a plugin event satisfies `predicate`. */
@@ -130,4 +131,41 @@ test("two DRA instances of one driver: one dying leaves the driver connected; th
   const status = agent.status();
   assert.equal(status.ok, false);
   assert.match(statusToText(status), /gpu\.example\.com\s+DISCONNECTED/);
+});
+
+test("the policy's endpoint rules: the API socket, another plugin's registration socket and a socket of a uid outside socketOwners are refused at validation; a reload that allows the uid lets that one register", async (t) => {
+  const { agent, policy, registry, plugins, apiSocket } = await startAgent(t);
+  const refusal = "RegisterPlugin error -- plugin validation failed with err: ";
+  const real = (socket: string) => JSON.stringify(fs.realpathSync(socket));
+  const toApi = await startTestPlugin(t, {
+    socketPath: path.join(registry, `${CSI_DRIVER}-reg.sock`),
+    info: { type: "CSIPlugin", name: CSI_DRIVER, endpoint: `unix://${apiSocket}`, versions: ["1.0.0"] },
+  });
+  assert.equal(
+    (await toApi.waitForNotify()).error,
+    `${refusal}kubernetes.io/csi: ValidatePlugin for CSI driver "${CSI_DRIVER}" failed. endpoint ${real(apiSocket)} is one of edgeplug's own sockets`,
+  );
+  const toOther = await startTestPlugin(t, {
+    socketPath: path.join(registry, "dra-other.sock"),
+    info: { type: "DRAPlugin", name: DRA_DRIVER, endpoint: toApi.socketPath, versions: ["v1.DRAPlugin"] },
+  });
+  assert.equal(
+    (await toOther.waitForNotify()).error,
+    `${refusal}endpoint ${real(toApi.socketPath)} is in a watched directory but is not this plugin's registration socket ${toOther.socketPath}: it belongs to another plugin`,
+  );
+
+  const service = await startDraService(path.join(plugins, "dra-foreign.sock"));
+  t.after(() => service.close());
+  fs.chownSync(service.socketPath, 4242, 4242);
+  const foreign = await startTestPlugin(t, {
+    socketPath: path.join(registry, "dra-foreign.sock"),
+    info: { type: "DRAPlugin", name: "foreign.example.com", endpoint: service.socketPath, versions: ["v1.DRAPlugin"] },
+  });
+  assert.equal(
+    (await foreign.waitForNotify()).error,
+    `${refusal}endpoint ${real(service.socketPath)} is owned by uid 4242, not in security.socketOwners [0]`,
+  );
+  agent.applyPolicy({ ...policy, security: { ...policy.security, socketOwners: [0, 4242] } });
+  assert.equal((await foreign.waitForNotify((n) => n.registered)).registered, true);
+  assert.equal(agent.status().plugins.find((p) => p.socket === foreign.socketPath)?.dra?.connected, true);
 });

@@ -9,6 +9,8 @@
  * retrying cannot fix (no handler, the policy, the socket's owner), so a
  * permanent refusal never waits out `--timeout`.
  */
+import { csiDraDrivers } from "../handlers/csi-dra.ts";
+import { endpointRules } from "../handlers/endpoint-rules.ts";
 import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import { buildStatus } from "../api/status.ts";
@@ -43,7 +45,9 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
-  manager = new PluginManager({ policy, log: io.log, handlers: handlerFactories(devices), observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
+  const rules = endpointRules(policy);
+  const handlers = handlerFactories(devices, csiDraDrivers({ endpointRules: () => rules }));
+  manager = new PluginManager({ policy, log: io.log, handlers, observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
   try {
     await manager.start();
   } catch (error) {

@@ -8,6 +8,7 @@ import { createLogger } from "../log/logger.ts";
 import { CsiDrivers } from "./csi.ts";
 import type { PluginDetails } from "./csi-dra-status.ts";
 import { DraDrivers } from "./dra.ts";
+import type { WatchedEndpointRules } from "./endpoint-rules.ts";
 
 /** The long-lived registries behind the CSIPlugin and DRAPlugin handlers. */
 export interface CsiDraDrivers {
@@ -15,9 +16,17 @@ export interface CsiDraDrivers {
   dra: DraDrivers;
 }
 
-/** Quiet unless given a logger (probe and tests build handlers without an agent). */
-export function csiDraDrivers(log: Logger = createLogger({ level: "error" }), dialTimeoutMs?: number): CsiDraDrivers {
-  return { csi: new CsiDrivers({ log, dialTimeoutMs }), dra: new DraDrivers({ log, dialTimeoutMs }) };
+export interface CsiDraSettings {
+  /** Default: quiet (probe and tests build handlers without an agent). */
+  log?: Logger;
+  dialTimeoutMs?: number;
+  /** The policy's endpoint rules, read at each registration (default: the handlers' own). */
+  endpointRules?: () => WatchedEndpointRules;
+}
+
+export function csiDraDrivers(settings: CsiDraSettings = {}): CsiDraDrivers {
+  const { log = createLogger({ level: "error" }), dialTimeoutMs, endpointRules } = settings;
+  return { csi: new CsiDrivers({ log, dialTimeoutMs, endpointRules }), dra: new DraDrivers({ log, dialTimeoutMs, endpointRules }) };
 }
 
 /** What the CSI and DRA handlers add to a plugin's status. */

@@ -9,6 +9,7 @@ import { Identity, Node, NodeServiceCapability_RPC_TypeSchema } from "../gen/csi
 import type { Logger } from "../log/logger.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { messageOf } from "../platform/error-message.ts";
+import type { PinnedSocket } from "../platform/pinned-socket.ts";
 
 /** What `status` shows of a registered CSI driver. */
 export interface CsiNodeInfo {
@@ -42,14 +43,14 @@ const READ_MAX_BYTES = 64 * 1024;
 const utf8Bytes = (text: string) => Buffer.byteLength(text, "utf8");
 
 /**
- * Calls the driver at `endpoint` (a unix socket path; "unix://" accepted).
- * Throws when it cannot be reached, NodeGetInfo fails, or its answer breaks
- * the spec's limits; the error names the call and the endpoint.
+ * Calls the driver at `endpoint` as named, through `socket`, that endpoint
+ * opened and judged by the caller (endpoint-rules.ts), which stays the
+ * caller's to close. Throws when it cannot be reached, NodeGetInfo fails,
+ * or its answer breaks the spec's limits; the error names the call and the
+ * endpoint.
  */
-export async function queryCsiNode(driver: string, endpoint: string, options: CsiQueryOptions): Promise<CsiNodeInfo> {
-  const socketPath = endpoint.startsWith("unix://") ? endpoint.slice("unix://".length) : endpoint;
-  if (!socketPath.startsWith("/")) throw new Error(`CSI endpoint ${JSON.stringify(endpoint)} is not an absolute unix socket path`);
-  const channel = dialUnix(socketPath, { connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: READ_MAX_BYTES });
+export async function queryCsiNode(driver: string, endpoint: string, socket: Pick<PinnedSocket, "realPath" | "dialPath">, options: CsiQueryOptions): Promise<CsiNodeInfo> {
+  const channel = dialUnix(socket.realPath, { connectPath: socket.dialPath, connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: READ_MAX_BYTES });
   const call = { signal: options.signal, timeoutMs: options.callTimeoutMs };
   try {
     const node = createClient(Node, channel.transport);

@@ -5,7 +5,10 @@
  * versions are checked (1.x, highest wins), and NodeGetInfo tells which node
  * id, volume limit and topology the driver reports. Drivers are kept by name
  * in one long-lived registry, so that a policy reload, which rebuilds the
- * handler, keeps them.
+ * handler, keeps them. The endpoint must pass the rules of
+ * endpoint-rules.ts, at ValidatePlugin (so that a refused one is never
+ * dialled) and again at RegisterPlugin on the socket then opened, which is
+ * the socket dialled.
  */
 import { create } from "@bufbuild/protobuf";
 import { CsiDriverStatusSchema, type CsiDriverStatus } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -13,7 +16,9 @@ import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { messageOf } from "../platform/error-message.ts";
+import type { PinnedSocket } from "../platform/pinned-socket.ts";
 import { queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type WatchedEndpointRules } from "./endpoint-rules.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
 
 export interface CsiDriversOptions {
@@ -22,6 +27,8 @@ export interface CsiDriversOptions {
   dialTimeoutMs?: number;
   /** Deadline of each CSI call at registration (default 2 min, the kubelet's CSI timeout). */
   callTimeoutMs?: number;
+  /** Read at each validation and registration: a reload may change them (default: {@link defaultEndpointRules}). */
+  endpointRules?: () => WatchedEndpointRules;
 }
 
 /** One registered driver, as the kubelet's csiDrivers store keeps it (plus what NodeGetInfo said). */
@@ -45,11 +52,14 @@ export class CsiDrivers {
   readonly #log: Logger;
   readonly #dialTimeoutMs: number;
   readonly #callTimeoutMs: number;
+  readonly #endpointRules: () => WatchedEndpointRules;
 
   constructor(options: CsiDriversOptions) {
     this.#log = options.log;
     this.#dialTimeoutMs = options.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
     this.#callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    const rules = defaultEndpointRules();
+    this.#endpointRules = options.endpointRules ?? (() => rules);
   }
 
   /** The handler for the CSIPlugin type: a view of this registry (the policy's name and version rules are the plugin manager's). */
@@ -57,6 +67,8 @@ export class CsiDrivers {
     return {
       validatePlugin: async (plugin) => {
         this.#validate("ValidatePlugin", plugin);
+        const endpoint = this.#openEndpoint("ValidatePlugin", plugin);
+        if ("pinned" in endpoint) endpoint.pinned.close();
       },
       registerPlugin: (plugin, signal) => this.#register(plugin, signal),
       deregisterPlugin: (plugin) => this.#deregister(plugin),
@@ -96,8 +108,17 @@ export class CsiDrivers {
     return version;
   }
 
+  /** The endpoint opened for dialling, or what says nothing is there yet; throws this caller's refusal when the rules refuse it. */
+  #openEndpoint(caller: string, plugin: PluginRegistration): { pinned: PinnedSocket } | { missing: string } {
+    const endpoint = pinServiceEndpoint("CSI", plugin.endpoint, plugin.socket, this.#endpointRules(), "the CSI Identity and Node services");
+    if ("refused" in endpoint) throw new Error(`${CSI}: ${caller} for CSI driver ${JSON.stringify(plugin.name)} failed. ${endpoint.refused}`);
+    return endpoint;
+  }
+
   async #register(plugin: PluginRegistration, signal: AbortSignal): Promise<void> {
     const version = this.#validate("RegisterPlugin", plugin);
+    // Judged again, before the registered driver of this name can be replaced: the one opened now is the one dialled.
+    const endpoint = this.#openEndpoint("RegisterPlugin", plugin);
     const driver: CsiDriver = { name: plugin.name, socket: plugin.socket, endpoint: plugin.endpoint, version, info: null };
     const replaced = this.#drivers.get(plugin.name);
     this.#drivers.set(plugin.name, driver);
@@ -106,7 +127,8 @@ export class CsiDrivers {
       log.info("CSI driver replaced by a higher version", { previousVersion: formatVersion(replaced.version), version: formatVersion(version) });
     }
     try {
-      driver.info = await queryCsiNode(plugin.name, plugin.endpoint, {
+      if ("missing" in endpoint) throw new Error(`NodeGetInfo on ${plugin.endpoint}: ${endpoint.missing}`);
+      driver.info = await queryCsiNode(plugin.name, plugin.endpoint, endpoint.pinned, {
         dialTimeoutMs: this.#dialTimeoutMs,
         callTimeoutMs: this.#callTimeoutMs,
         signal,
@@ -116,6 +138,9 @@ export class CsiDrivers {
       // As the kubelet: a driver whose NodeGetInfo fails is unregistered; the plugin manager retries it.
       if (this.#drivers.get(plugin.name) === driver) this.#drivers.delete(plugin.name);
       throw new Error(`${CSI}: registrationHandler.RegisterPlugin failed at CSI.NodeGetInfo: ${messageOf(error)}`, { cause: error });
+    } finally {
+      // The queries are done and their channel closed: nothing dials it again.
+      if ("pinned" in endpoint) endpoint.pinned.close();
     }
     log.info("CSI driver registered", {
       version: formatVersion(version),

@@ -7,7 +7,10 @@
  * instance's connection drops, the plugin manager is told at once
  * (connectionLost), and a driver with no connected instance shows as
  * disconnected. Instances live in one long-lived registry, so that a policy
- * reload, which rebuilds the handler, keeps them.
+ * reload, which rebuilds the handler, keeps them. The endpoint must pass the
+ * rules of endpoint-rules.ts, at ValidatePlugin (so that a refused one is
+ * never dialled) and again at RegisterPlugin on the socket then opened,
+ * which is the socket dialled.
  */
 import { create } from "@bufbuild/protobuf";
 import { DraDriverStatusSchema, type DraDriverStatus } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -18,6 +21,8 @@ import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { canonicalSocketPath } from "../platform/canonical-path.ts";
 import { messageOf } from "../platform/error-message.ts";
+import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type WatchedEndpointRules } from "./endpoint-rules.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
 export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;
@@ -31,6 +36,8 @@ export interface DraDriversOptions {
   log: Logger;
   /** Bound on connecting to an instance's service endpoint (default 10 s). */
   dialTimeoutMs?: number;
+  /** Read at each validation and registration: a reload may change them (default: {@link defaultEndpointRules}). */
+  endpointRules?: () => WatchedEndpointRules;
 }
 
 /** One registered instance of a driver. */
@@ -42,6 +49,8 @@ interface DraInstance {
   /** Registration order: the newest connected instance is preferred. */
   readonly sequence: number;
   readonly channel: UnixChannel;
+  /** The endpoint as opened, which `channel` dials; closed with it. */
+  readonly endpoint: PinnedSocket;
   connected: boolean;
 }
 
@@ -52,6 +61,7 @@ export class DraDrivers {
   readonly #drivers = new Map<string, Map<string, DraInstance>>();
   readonly #log: Logger;
   readonly #dialTimeoutMs: number;
+  readonly #endpointRules: () => WatchedEndpointRules;
   #sequence = 0;
   /** Connections closed and not yet gone. */
   readonly #closing = new Set<Promise<void>>();
@@ -59,6 +69,8 @@ export class DraDrivers {
   constructor(options: DraDriversOptions) {
     this.#log = options.log;
     this.#dialTimeoutMs = options.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
+    const rules = defaultEndpointRules();
+    this.#endpointRules = options.endpointRules ?? (() => rules);
   }
 
   /** The handler for the DRAPlugin type: a view of this registry. */
@@ -67,7 +79,8 @@ export class DraDrivers {
       // The service connection of each instance reports its loss (connectionLost).
       watchesConnection: true,
       validatePlugin: async (plugin) => {
-        chooseService(plugin.versions);
+        const endpoint = this.#openEndpoint(plugin, chooseService(plugin.versions));
+        if ("pinned" in endpoint) endpoint.pinned.close();
         this.#refuseTakenEndpoint(plugin);
       },
       registerPlugin: (plugin, signal) => this.#register(plugin, signal, context),
@@ -107,14 +120,23 @@ export class DraDrivers {
   async close(): Promise<void> {
     const instances = [...this.#drivers.values()].flatMap((bySocket) => [...bySocket.values()]);
     this.#drivers.clear();
-    for (const instance of instances) this.#closeChannel(instance.channel);
+    for (const instance of instances) this.#closeConnection(instance);
     await Promise.all(this.#closing);
   }
 
-  #closeChannel(channel: UnixChannel): void {
+  #closeConnection({ channel, endpoint }: Pick<DraInstance, "channel" | "endpoint">): void {
     channel.close();
+    // A closed channel dials no more: the opened endpoint can go now.
+    endpoint.close();
     this.#closing.add(channel.closed);
     void channel.closed.then(() => this.#closing.delete(channel.closed));
+  }
+
+  /** The endpoint opened for dialling, or what says nothing is there yet; throws when the rules refuse it. */
+  #openEndpoint(plugin: PluginRegistration, service: string): { pinned: PinnedSocket } | { missing: string } {
+    const endpoint = pinServiceEndpoint("DRA", plugin.endpoint, plugin.socket, this.#endpointRules(), `the ${service} service`);
+    if ("refused" in endpoint) throw new Error(endpoint.refused);
+    return endpoint;
   }
 
   #preferredInstance(driver: string): DraInstance | undefined {
@@ -141,19 +163,37 @@ export class DraDrivers {
 
   async #register(plugin: PluginRegistration, signal: AbortSignal, context: DraHandlerContext): Promise<void> {
     const service = chooseService(plugin.versions);
-    this.#refuseTakenEndpoint(plugin);
+    const cannotConnect = (kind: string, why: string) => `cannot connect to the ${service} service of DRA driver ${plugin.name} at ${plugin.endpoint} (${kind}): ${why}`;
+    // Judged again: the socket may have changed since ValidatePlugin, and the one opened now is the one dialled.
+    const opened = this.#openEndpoint(plugin, service);
+    if ("missing" in opened) throw new Error(cannotConnect("missing", opened.missing));
+    const endpoint = opened.pinned;
+    try {
+      this.#refuseTakenEndpoint(plugin);
+    } catch (error) {
+      endpoint.close();
+      throw error;
+    }
     const log = this.#log.with({ driver: plugin.name, endpoint: plugin.endpoint, socket: plugin.socket });
-    const channel = dialUnix(plugin.endpoint, { connectTimeoutMs: this.#dialTimeoutMs });
+    const channel = dialUnix(plugin.endpoint, { connectPath: endpoint.dialPath, connectTimeoutMs: this.#dialTimeoutMs });
     let lost: Promise<void>;
     try {
       lost = (await abortable(channel.connect(), signal)).lost;
     } catch (error) {
-      channel.close();
+      this.#closeConnection({ channel, endpoint });
       const kind = error instanceof Error && error.name === "AbortError" ? "canceled" : classifyRpcError(error);
-      throw new Error(`cannot connect to the ${service} service of DRA driver ${plugin.name} at ${plugin.endpoint} (${kind}): ${messageOf(error)}`, { cause: error });
+      throw new Error(cannotConnect(kind, messageOf(error)), { cause: error });
     }
     this.#deregister(plugin, { quiet: true });
-    const instance: DraInstance = { plugin: { ...plugin, versions: [...plugin.versions] }, realEndpoint: canonicalSocketPath(plugin.endpoint), service, sequence: ++this.#sequence, channel, connected: true };
+    const instance: DraInstance = {
+      plugin: { ...plugin, versions: [...plugin.versions] },
+      realEndpoint: endpoint.realPath,
+      service,
+      sequence: ++this.#sequence,
+      channel,
+      endpoint,
+      connected: true,
+    };
     const instances = this.#drivers.get(plugin.name) ?? new Map<string, DraInstance>();
     instances.set(plugin.socket, instance);
     this.#drivers.set(plugin.name, instances);
@@ -178,7 +218,7 @@ export class DraDrivers {
     if (instances === undefined || instance === undefined) return;
     instances.delete(plugin.socket);
     if (instances.size === 0) this.#drivers.delete(plugin.name);
-    this.#closeChannel(instance.channel);
+    this.#closeConnection(instance);
     if (!options.quiet) this.#log.info("DRA plugin instance unregistered", { driver: plugin.name, socket: plugin.socket, instances: instances.size });
   }
 }

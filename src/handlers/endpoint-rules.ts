@@ -1,8 +1,7 @@
 /**
  * Which sockets edgeplug agrees to dial when a plugin registered through a
- * watched directory names its endpoint (every plugin is untrusted); a
- * module of its own so that every handler that dials an endpoint can apply
- * them.
+ * watched directory names its endpoint: the DevicePlugin, CSIPlugin and
+ * DRAPlugin handlers apply the same rules (every plugin is untrusted).
  *
  * The kubelet dials the endpoint wherever it is, and edgeplug does too
  * (drivers keep their service sockets in their own directories, such as
@@ -16,11 +15,17 @@
  *
  * The rules judge the socket opened for dialling (src/platform/pinned-socket.ts),
  * so a plugin cannot swap it between the rules and the dial.
+ *
+ * @example
+ * ```ts
+ * const endpoint = pinServiceEndpoint("DRA", plugin.endpoint, plugin.socket, endpointRules(policy), "the v1.DRAPlugin service");
+ * if ("pinned" in endpoint) dialUnix(endpoint.pinned.realPath, { connectPath: endpoint.pinned.dialPath });
+ * ```
  */
 import * as path from "node:path";
 import process from "node:process";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
-import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import { pinSocket, type PinnedSocket } from "../platform/pinned-socket.ts";
 import type { Policy } from "../policy/types.ts";
 
 export interface WatchedEndpointRules {
@@ -59,6 +64,33 @@ export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" |
   if (rules.socketOwners.includes(uid)) return null;
   return `endpoint ${quoted} is owned by uid ${uid}, not in security.socketOwners ${JSON.stringify(rules.socketOwners)}`;
 }
+
+/**
+ * A CSI or DRA endpoint opened for dialling once it passed the rules;
+ * `missing` when nothing is there yet (a driver still starting: the dial
+ * reports it, and the plugin manager retries); `refused` otherwise.
+ */
+export type ServiceEndpoint = { pinned: PinnedSocket } | { missing: string } | { refused: string };
+
+/**
+ * Opens the endpoint a CSI or DRA plugin named and judges it by `rules`.
+ * It must be absolute (CSI's may be a "unix://" URL): the kubelet would
+ * take a relative one from its own working directory, which no driver can
+ * count on, and edgeplug's is not part of its contract. `service` is what
+ * should be served there, for the message when nothing is.
+ */
+export function pinServiceEndpoint(kind: "CSI" | "DRA", endpoint: string, registrationSocket: string, rules: WatchedEndpointRules, service: string): ServiceEndpoint {
+  const socketPath = kind === "CSI" && endpoint.startsWith(UNIX_URL_PREFIX) ? endpoint.slice(UNIX_URL_PREFIX.length) : endpoint;
+  if (!path.isAbsolute(socketPath)) return { refused: `${kind} endpoint ${JSON.stringify(endpoint)} is not an absolute unix socket path` };
+  const opened = pinSocket(socketPath, service);
+  if ("refused" in opened) return opened.missing ? { missing: opened.refused } : { refused: opened.refused };
+  const refused = watchedEndpointRefusal(opened, registrationSocket, rules);
+  if (refused === null) return { pinned: opened };
+  opened.close();
+  return { refused };
+}
+
+const UNIX_URL_PREFIX = "unix://";
 
 function isInside(file: string, dir: string): boolean {
   const relative = path.relative(dir, file);
