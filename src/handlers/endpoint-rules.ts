@@ -74,9 +74,9 @@ export type ServiceEndpoint = { pinned: PinnedSocket } | { missing: string } | {
 
 /**
  * Opens the endpoint a CSI or DRA plugin named and judges it by `rules`.
- * It must be absolute (CSI's may be a "unix://" URL): the kubelet would
- * take a relative one from its own working directory, which no driver can
- * count on, and edgeplug's is not part of its contract. `service` is what
+ * It must be absolute (CSI's may be a "unix://" URL): a relative one would
+ * be resolved against the dialling process's working directory, which no
+ * driver can count on and edgeplug's contract leaves out. `service` is what
  * should be served there, for the message when nothing is.
  */
 export function pinServiceEndpoint(kind: "CSI" | "DRA", endpoint: string, registrationSocket: string, rules: WatchedEndpointRules, service: string): ServiceEndpoint {
