@@ -31,7 +31,9 @@ export const SEA_V8_FLAGS: readonly string[] = ["--max-semi-space-size=2"];
 /**
  * "cli": NODE_OPTIONS from the environment is ignored, and Node flags are
  * accepted only through `--node-options=...` as the first argument, the
- * documented debug switch (docs/install.md).
+ * documented debug switch (docs/install.md). Node's other environment
+ * variables have no such switch: the loader's first step handles them
+ * (src/platform/clean-start.ts).
  */
 export const SEA_EXEC_ARGV_EXTENSION = "cli";
 

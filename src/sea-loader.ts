@@ -10,6 +10,9 @@
  * `probe` come compiled. A cache V8 rejects (other V8
  * flags, through the `--node-options` debug switch) costs only start-up
  * time; `version --verbose` says which happened.
+ *
+ * Before any of that, the environment is made edgeplug's alone
+ * (src/platform/clean-start.ts): that may replace this process.
  */
 import { Buffer } from "node:buffer";
 import path from "node:path";
@@ -25,6 +28,9 @@ import {
   type CodeCacheState,
   type WrappedBundle,
 } from "./platform/sea-bundle.ts";
+import { startWithCleanEnvironment } from "./platform/clean-start.ts";
+
+startWithCleanEnvironment();
 
 const cacheAsset = codeCacheAsset(codeCacheFor(process.argv.slice(2)));
 // Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 took 5 to 10 ms).

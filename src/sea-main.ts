@@ -12,8 +12,9 @@ import { runAsProcess } from "./cli/entry.ts";
 /** For scripts/code-cache.ts: it runs commands through main so that their code is compiled before it makes the code cache. */
 export { main } from "./cli/cli.ts";
 
-// The executable ignores NODE_OPTIONS and SIGUSR1 (its SEA configuration); only the
-// debug switch `--node-options=...` as first argument can open an inspector. A root
+// The executable ignores NODE_OPTIONS and SIGUSR1 (its SEA configuration), and Node's
+// other environment variables (src/platform/clean-start.ts, which the loader runs first);
+// only the debug switch `--node-options=...` as first argument can open an inspector. A root
 // agent with an open inspector runs code for anyone who reaches the port: say so.
 if (process.execArgv.some((arg) => /^--inspect(-brk|-wait)?(=|$)/.test(arg))) {
   process.stderr.write("edgeplug: warning: the Node inspector is open (debug switch --node-options): do not run so in production\n");
