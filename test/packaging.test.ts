@@ -11,6 +11,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { DEFAULT_POLICY_PATH, loadPolicyFile } from "../src/policy/load.ts";
+import { LIBRARY_VARIABLES, RUNTIME_VARIABLES, UNIT_ONLY_VARIABLES } from "../src/platform/runtime-environment.ts";
 
 const root = fileURLToPath(new URL("../", import.meta.url));
 const read = (file: string) => fs.readFileSync(path.join(root, file), "utf8");
@@ -68,4 +69,12 @@ test("docs/install.md explains every setting of the unit's [Service] section", (
   const docs = read("docs/install.md");
   const missing = [...serviceSettings().keys()].filter((key) => !docs.includes(key));
   assert.deepEqual(missing, []);
+});
+
+test("the unit passes none of the variables that would configure the runtime inside edgeplug, and docs/install.md names each", () => {
+  const unset = (serviceSettings().get("UnsetEnvironment") ?? []).flatMap((value) => value.split(/\s+/));
+  const variables = [...RUNTIME_VARIABLES, ...LIBRARY_VARIABLES, ...UNIT_ONLY_VARIABLES].map(({ name }) => name);
+  assert.deepEqual([...unset].sort(), [...variables].sort());
+  const docs = read("docs/install.md");
+  assert.deepEqual(variables.filter((name) => !docs.includes(`\`${name}\``)), []);
 });
