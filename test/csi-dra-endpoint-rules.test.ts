@@ -18,6 +18,7 @@ import type { PluginHandler, PluginRegistration } from "../src/pluginmanager/typ
 import { startCsiDriver, startDraService } from "./support/csi-dra-peers.ts";
 import { socketsHeldUnder, startRawListener, type RawListener } from "./support/grpc-peers.ts";
 import { quietLog } from "./support/manager-harness.ts";
+import { rejection } from "./support/rejection.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 interface Registry {
@@ -83,15 +84,6 @@ function node(t: TestContext, kind: Kind, socketOwners = [process.getuid!()]) {
     return raw;
   };
   return { dir, registryDir, plugins, apiSocket, handler, registered, registration, listener };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as Error).message;
-  }
-  throw new assert.AssertionError({ message: "expected a refusal" });
 }
 
 /** Both calls refuse `plugin` with a message matching (or containing) `expected`. */

@@ -12,6 +12,7 @@ import { CsiDrivers } from "../src/handlers/csi.ts";
 import type { PluginRegistration } from "../src/pluginmanager/types.ts";
 import { startCsiDriver } from "./support/csi-dra-peers.ts";
 import { quietLog } from "./support/manager-harness.ts";
+import { rejection } from "./support/rejection.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const DRIVER = "hostpath.csi.k8s.io";
@@ -21,15 +22,6 @@ function csiPlugin(dir: string, socket: string, endpoint: string, versions: stri
 }
 
 const signal = () => AbortSignal.timeout(10_000);
-
-async function rejection(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as Error).message;
-  }
-  throw new assert.AssertionError({ message: "expected a refusal" });
-}
 
 test("versions are refused with the kubelet's words: empty list, 0.x only, nothing parsable", async () => {
   const handler = new CsiDrivers({ log: quietLog }).handler();

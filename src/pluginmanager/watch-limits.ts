@@ -53,10 +53,9 @@ export class WatchLimits {
     });
   }
 
-  /** After a full resync, with what all its walks left out. */
-  resynced(skipped: Skipped, known: { directories: number; sockets: number }): void {
-    if (skipped.dirs + skipped.sockets > 0) return this.walked(skipped, known);
-    if (!this.#warned) return;
+  /** After a full resync, with what all its walks left out (each walk warned already). */
+  resynced(skipped: Skipped): void {
+    if (skipped.dirs + skipped.sockets > 0 || !this.#warned) return;
     this.#warned = false;
     this.#log.info("watch limits no longer reached: every directory and socket is watched again");
   }

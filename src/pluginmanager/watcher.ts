@@ -112,7 +112,7 @@ export class PluginWatcher {
       skipped.dirs += walk.skipped.dirs;
       skipped.sockets += walk.skipped.sockets;
     }
-    this.#limits.resynced(skipped, this.#known());
+    this.#limits.resynced(skipped);
   }
 
   /** A policy reload: forgets what is no longer under a root, then creates and walks every root. */
