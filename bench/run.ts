@@ -23,6 +23,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   api: () => import("./api.ts"),
   devices: () => import("./devices.ts"),
   policy: () => import("./policy.ts"),
+  watcher: () => import("./watcher.ts"),
   targets: () => import("./targets.ts"),
 };
 
