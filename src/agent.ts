@@ -216,6 +216,7 @@ export class EdgeplugAgent {
       resources: this.devices.resources(),
       allocations: this.devices.allocations(),
       checkpoint: checkpointStatus(this.#policy.checkpoint.path, this.devices.checkpointState()),
+      watchLimits: this.manager.watchLimitsReached(),
     });
   }
 

@@ -118,3 +118,41 @@ function withoutNulls(value: unknown): unknown {
   if (typeof value !== "object" || value === null) return value;
   return Object.fromEntries(Object.entries(value).filter(([, member]) => member !== null).map(([key, member]) => [key, withoutNulls(member)]));
 }
+
+test("while a watch limit leaves a directory out, status says so and is not ok; the resync that takes it in makes it ok", async (t) => {
+  const policy = policyWithRegistry(t, { reconcile: "  backoff: { initial: 50ms, max: 500ms }\n  resync: 500ms" });
+  // The root and 1,023 sub-directories fill the 1,024 watches; "zz", last in name order, is left out with its plugin.
+  const fillers = Array.from({ length: 1023 }, (_, i) => path.join(policy.registry, `d${String(i).padStart(4, "0")}`));
+  for (const dir of fillers) fs.mkdirSync(dir);
+  fs.mkdirSync(path.join(policy.registry, "zz"));
+  const seen = await startTestPlugin(t, { socketPath: path.join(policy.registry, "seen.sock"), info: sensor });
+  const leftOut = await startTestPlugin(t, { socketPath: path.join(policy.registry, "zz", "left-out.sock"), info: sensor });
+  const agent = startEdgeplug(["run", "--config", policy.path]);
+  killAfter(t, agent.child);
+  await seen.waitForNotify();
+
+  const json = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json"]);
+  assert.equal(json.code, 1, "not ok, although every plugin it knows is registered");
+  const status = JSON.parse(json.stdout);
+  assert.equal(status.ok, false);
+  assert.deepEqual(status.plugins.map((plugin: { socket: string }) => plugin.socket), [path.join(policy.registry, "seen.sock")]);
+  assert.deepEqual(status.watchLimits, {
+    watchedDirectories: 1024,
+    directoryLimit: 1024,
+    knownSockets: 1,
+    socketLimit: 4096,
+    skippedDirectories: 1,
+    skippedSockets: 0,
+  });
+  const text = await runEdgeplug(["status", "--api", policy.apiSocket]);
+  assert.equal(text.code, 1);
+  assert.match(text.stdout, /^watch limits reached: 1 directory and 0 sockets left out \(1024 of 1024 directories watched, 1 of 4096 sockets known\)$/m);
+
+  fs.rmdirSync(fillers[0]!);
+  await leftOut.waitForNotify();
+  const after = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json"]);
+  assert.equal(after.code, 0, after.stdout);
+  assert.equal(JSON.parse(after.stdout).watchLimits, null);
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});

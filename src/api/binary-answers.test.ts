@@ -23,6 +23,12 @@ const status = create(StatusResponseSchema, {
   resources,
   allocations: [{ owner: "job", container: "main", resource: "example.com/gpu", devices: ["a"] }],
   checkpoint: { path: "/var/lib/edgeplug/kubelet_internal_checkpoint", restore: "restored", writes: 3 },
+  watchLimits: { watchedDirectories: 1024, directoryLimit: 1024, knownSockets: 7, socketLimit: 4096, skippedDirectories: 2 },
+});
+
+test("the status view has every field of StatusResponse, by number and name, so that a field added to one is not lost on the wire", () => {
+  const fields = (schema: typeof StatusResponseSchema | typeof StatusResponseViewSchema) => schema.fields.map((field) => `${field.number} ${field.name}`);
+  assert.deepEqual(fields(StatusResponseViewSchema), fields(StatusResponseSchema));
 });
 
 test("binary clients get the very bytes of StatusResponse, each resource encoded once", () => {

@@ -55,6 +55,7 @@ export function statusResponseView(status: StatusResponse): StatusResponseView {
     resources: status.resources.map(encodedResource),
     allocations: status.allocations,
     checkpoint: status.checkpoint,
+    watchLimits: status.watchLimits,
   });
 }
 

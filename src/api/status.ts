@@ -13,9 +13,10 @@ import type {
   ResourceStatus,
   StatusResponse,
 } from "../gen/edgeplug/v1/agent_pb.ts";
-import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema, WatchLimitsStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
 import type { FailureReason } from "../pluginmanager/types.ts";
+import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import type { PluginRecord } from "./plugin-status.ts";
 import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
@@ -73,6 +74,8 @@ export interface StatusJson {
   allocations: AllocationJson[];
   /** null where the device state is not checkpointed. */
   checkpoint: CheckpointJson | null;
+  /** null while the watcher leaves nothing out (docs/api.md, "What the watcher holds"). */
+  watchLimits: WatchLimitsReached | null;
 }
 
 /** Converts a plugin manager record to its API message. */
@@ -104,15 +107,19 @@ export function buildStatus(input: {
   checkpoint?: CheckpointStatus;
   /** A plugin's handler details (CSI, DRA). */
   details?: (record: PluginRecord) => PluginDetails;
+  /** What the watcher leaves out, while it does: sockets with no record, so not ok. */
+  watchLimits?: WatchLimitsReached | null;
 }): StatusResponse {
   const resources = input.resources ?? [];
+  const watchLimits = input.watchLimits ? create(WatchLimitsStatusSchema, input.watchLimits) : undefined;
   return create(StatusResponseSchema, {
-    ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected),
+    ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected) && !watchLimits,
     node: input.node,
     plugins: input.plugins.map((record) => pluginStatusFromRecord(record, input.details?.(record))),
     resources,
     allocations: input.allocations ?? [],
     checkpoint: input.checkpoint,
+    watchLimits,
   });
 }
 
@@ -170,7 +177,7 @@ function isPlainObject(value: JsonValue): value is JsonObject {
  * resources and allocations when there are any.
  */
 export function statusToText(status: StatusResponse, now: Date = new Date()): string {
-  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status)];
+  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status), ...watchLimitsLines(status)];
   if (status.plugins.length === 0) {
     lines.push("", "no plugin sockets found");
   } else {
@@ -228,6 +235,15 @@ function checkpointLines({ checkpoint }: StatusResponse): string[] {
   }
   if (checkpoint.writeError !== undefined) lines.push(`${where}: last write failed: ${printable(checkpoint.writeError)}`);
   return lines;
+}
+
+function watchLimitsLines({ watchLimits: limits }: StatusResponse): string[] {
+  if (!limits) return [];
+  const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+  return [
+    `watch limits reached: ${count(limits.skippedDirectories, "directory", "directories")} and ${count(limits.skippedSockets, "socket", "sockets")} left out ` +
+      `(${limits.watchedDirectories} of ${limits.directoryLimit} directories watched, ${limits.knownSockets} of ${limits.socketLimit} sockets known)`,
+  ];
 }
 
 /** Columns padded to their widest cell; cells come from plugins and are shown with control characters escaped. */

@@ -67,7 +67,8 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
 
   const unfinished: Failure = { reason: "timeout", error: `not registered within ${formatDuration(settings.timeoutMs)}` };
   const plugins = records.plugins().map((plugin) => finalState(plugin, unfinished));
-  const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations() });
+  const watchLimits = manager.watchLimitsReached();
+  const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations(), watchLimits });
   await manager.stop();
   await devices.writeCheckpoint();
   await deviceSide.stop();

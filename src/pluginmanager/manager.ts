@@ -12,7 +12,7 @@ import { type PluginManagerObserver, Reconciler } from "./reconciler.ts";
 import { REGISTRATION_ATTEMPTS_AT_ONCE, type RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
 import { guarded, type HandlerFactories } from "./types.ts";
-import { WATCH_LIMITS } from "./watch-limits.ts";
+import { WATCH_LIMITS, type WatchLimitsReached } from "./watch-limits.ts";
 import { PluginWatcher } from "./watcher.ts";
 
 export type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "./reconciler.ts";
@@ -111,6 +111,11 @@ export class PluginManager {
   /** `security.maxPlugins` slots held by registered plugins and registrations in flight. */
   get slotsHeld(): number {
     return this.#context.asw.slotsHeld;
+  }
+
+  /** What the watcher leaves out while a watch limit is reached (status's `watchLimits`); null otherwise. */
+  watchLimitsReached(): WatchLimitsReached | null {
+    return this.#watcher.limitsReached();
   }
 
   /** Registered plugins no operation is working on (the liveness dial's, src/liveness/dial.ts). */

@@ -27,11 +27,14 @@ test("past the directory limit a sub-directory and its sockets are left out, war
   const [warning, ...more] = about("watch limits reached");
   assert.equal(more.length, 0);
   assert.deepEqual([warning?.level, warning?.directoryLimit, warning?.skippedDirectories], ["warn", 4, 2]);
+  const reached = { watchedDirectories: 4, directoryLimit: 4, knownSockets: 3, socketLimit: Infinity, skippedDirectories: 2, skippedSockets: 0 };
+  assert.deepEqual(watcher.limitsReached(), reached, "what status shows");
 
   // Past the limit a new socket is not seen, even on an event from a watched parent.
   fs.mkdirSync(path.join(root, "f"));
   watcher.rescan();
   assert.equal(about("watch limits reached").length, 1, "warned once while the limit holds");
+  assert.deepEqual(watcher.limitsReached(), { ...reached, skippedDirectories: 3 }, "a resync's count replaces the first walk's");
 
   fs.rmSync(path.join(root, "a"), { recursive: true });
   fs.rmSync(path.join(root, "b"), { recursive: true });
@@ -40,6 +43,7 @@ test("past the directory limit a sub-directory and its sockets are left out, war
   watcher.rescan();
   assert.deepEqual(paths(dsw.sockets()), sockets.slice(2), "the resync took in what fits now");
   assert.equal(about("watch limits no longer reached").length, 1);
+  assert.equal(watcher.limitsReached(), null);
 });
 
 test("past the socket limit new sockets are left out until a resync finds room; known ones stay", async (t) => {
@@ -54,12 +58,17 @@ test("past the socket limit new sockets are left out until a resync finds room; 
   assert.deepEqual(paths(dsw.sockets()), ["a", "b"].map((name) => path.join(dir, `${name}.sock`)), "the third left out, even by a resync");
   const [warning] = about("watch limits reached");
   assert.deepEqual([warning?.socketLimit, warning?.knownSockets, warning?.skippedSockets], [2, 2, 1]);
+  assert.deepEqual(
+    watcher.limitsReached(),
+    { watchedDirectories: 1, directoryLimit: 1024, knownSockets: 2, socketLimit: 2, skippedDirectories: 0, skippedSockets: 1 },
+  );
 
   await close(servers[0]!);
   await until(dsw, (desired) => desired.length === 1, "a.sock forgotten");
   watcher.rescan();
   assert.deepEqual(paths(dsw.sockets()), ["b", "c"].map((name) => path.join(dir, `${name}.sock`)), "c.sock taken in by the resync");
   assert.equal(about("watch limits no longer reached").length, 1);
+  assert.equal(watcher.limitsReached(), null);
 
   limit = 1;
   watcher.rescan();

@@ -21,13 +21,23 @@ export interface Skipped {
   sockets: number;
 }
 
+/** Where the watcher stands against its limits while it leaves something out (status's `watchLimits`). */
+export interface WatchLimitsReached {
+  watchedDirectories: number;
+  directoryLimit: number;
+  knownSockets: number;
+  socketLimit: number;
+  skippedDirectories: number;
+  skippedSockets: number;
+}
+
 export class WatchLimits {
   readonly directories: number;
   /** Read at each sync: a reload may change it. */
   readonly #sockets: () => number;
   readonly #log: Logger;
-  /** Set from the first walk that left something out to the first resync that left nothing out. */
-  #warned = false;
+  /** Set from the first walk that leaves something out to the first resync that leaves nothing out. */
+  #leftOut: Skipped | null = null;
 
   constructor(log: Logger, options: { directories?: number; sockets?: () => number }) {
     this.#log = log;
@@ -39,10 +49,10 @@ export class WatchLimits {
     return this.#sockets();
   }
 
-  /** After any walk. */
+  /** After any walk; only the first that leaves something out sets the counts, which a resync then replaces. */
   walked(skipped: Skipped, known: { directories: number; sockets: number }): void {
-    if (skipped.dirs + skipped.sockets === 0 || this.#warned) return;
-    this.#warned = true;
+    if (skipped.dirs + skipped.sockets === 0 || this.#leftOut !== null) return;
+    this.#leftOut = { ...skipped };
     this.#log.warn("watch limits reached; what is past them is not watched until a resync finds room", {
       watchedDirectories: known.directories,
       directoryLimit: this.directories,
@@ -55,8 +65,25 @@ export class WatchLimits {
 
   /** After a full resync, with what all its walks left out (each walk warned already). */
   resynced(skipped: Skipped): void {
-    if (skipped.dirs + skipped.sockets > 0 || !this.#warned) return;
-    this.#warned = false;
+    if (skipped.dirs + skipped.sockets > 0) {
+      this.#leftOut = { ...skipped };
+      return;
+    }
+    if (this.#leftOut === null) return;
+    this.#leftOut = null;
     this.#log.info("watch limits no longer reached: every directory and socket is watched again");
+  }
+
+  /** null while nothing is left out. */
+  reached(known: { directories: number; sockets: number }): WatchLimitsReached | null {
+    if (this.#leftOut === null) return null;
+    return {
+      watchedDirectories: known.directories,
+      directoryLimit: this.directories,
+      knownSockets: known.sockets,
+      socketLimit: this.sockets,
+      skippedDirectories: this.#leftOut.dirs,
+      skippedSockets: this.#leftOut.sockets,
+    };
   }
 }

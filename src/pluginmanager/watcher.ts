@@ -19,7 +19,7 @@ import type { WatchDir } from "../policy/types.ts";
 import { messageOf } from "../platform/error-message.ts";
 import { FailingPaths } from "./failing-paths.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
-import { type Skipped, WatchLimits } from "./watch-limits.ts";
+import { type Skipped, WatchLimits, type WatchLimitsReached } from "./watch-limits.ts";
 
 /** The reads the watcher decides with. Tests inject EMFILE or EIO here, which root cannot provoke; sockets and inotify stay real. */
 export interface WatcherFileSystem {
@@ -129,6 +129,11 @@ export class PluginWatcher {
     this.#failing.forget((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
     for (const root of this.#uncreatable) if (!after.has(root)) this.#uncreatable.delete(root);
     this.rescan();
+  }
+
+  /** Where the watcher stands against WATCH_LIMITS while it leaves something out; null otherwise. */
+  limitsReached(): WatchLimitsReached | null {
+    return this.#limits.reached(this.#known());
   }
 
   /** Closes every watch and the retry timer; the desired state is left as it is. */
