@@ -5,14 +5,16 @@
  * With a device manager the socket also serves the kubelet's
  * v1.PodResourcesLister (pod-resources-service.ts).
  */
-import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import type { ConnectRouter, ConnectRouterOptions } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { AllocateRequest, ReleaseRequest, StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
+import { API_PROTOCOLS } from "./agent-socket.ts";
 import { allocateDevices, releaseDevices } from "./allocation-service.ts";
 import { AgentBinaryView, eventView, statusResponseView } from "./binary-answers.ts";
 import type { EventStream } from "./event-stream.ts";
+import { ALLOCATION_REQUEST_MAX_BYTES } from "./limits.ts";
 import { podResourcesRoutes } from "./pod-resources-service.ts";
 
 export interface AgentServiceDeps {
@@ -24,15 +26,20 @@ export interface AgentServiceDeps {
 
 const NO_DEVICE_MANAGER = "allocation needs the device manager, which is not in this build";
 
+/**
+ * Allocate and Release read at most ALLOCATION_REQUEST_MAX_BYTES, not the
+ * socket's 4 MiB: a waiting Allocate request holds its memory in the queue.
+ */
+const ALLOCATION_ROUTE: ConnectRouterOptions = { ...API_PROTOCOLS, readMaxBytes: ALLOCATION_REQUEST_MAX_BYTES };
+
 /** The routes for JSON calls (and any call when `binaryAgentRoutes` is not served beside them). */
 export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => void {
   return (router) => {
     if (deps.devices) podResourcesRoutes(deps.devices)(router);
-    router.service(Agent, {
-      status: () => deps.status(),
-      watchEvents: (_request, context) => deps.events.subscribe(context.signal),
-      ...allocation(deps),
-    });
+    // One route per method, not router.service: Allocate and Release take options of their own.
+    router.rpc(Agent.method.status, () => deps.status());
+    router.rpc(Agent.method.watchEvents, (_request, context) => deps.events.subscribe(context.signal));
+    allocationRoutes(router, deps);
   };
 }
 
@@ -40,25 +47,29 @@ export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => 
 export function binaryAgentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => void {
   return (router) => {
     if (deps.devices) podResourcesRoutes(deps.devices)(router);
-    router.service(AgentBinaryView, {
-      status: () => statusResponseView(deps.status()),
-      async *watchEvents(_request, context) {
-        for await (const event of deps.events.subscribe(context.signal)) yield eventView(event);
-      },
-      ...allocation(deps),
+    router.rpc(AgentBinaryView.method.status, () => statusResponseView(deps.status()));
+    router.rpc(AgentBinaryView.method.watchEvents, async function* (_request, context) {
+      for await (const event of deps.events.subscribe(context.signal)) yield eventView(event);
     });
+    allocationRoutes(router, deps);
   };
 }
 
-function allocation(deps: AgentServiceDeps) {
-  return {
-    allocate: (request: AllocateRequest, context: HandlerContext) => {
+function allocationRoutes(router: ConnectRouter, deps: AgentServiceDeps): void {
+  router.rpc(
+    Agent.method.allocate,
+    (request, context) => {
       if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
       return allocateDevices(deps.devices, request, context.signal);
     },
-    release: (request: ReleaseRequest) => {
+    ALLOCATION_ROUTE,
+  );
+  router.rpc(
+    Agent.method.release,
+    (request) => {
       if (!deps.devices) throw new ConnectError(NO_DEVICE_MANAGER, Code.Unimplemented);
       return releaseDevices(deps.devices, request);
     },
-  };
+    ALLOCATION_ROUTE,
+  );
 }

@@ -73,6 +73,13 @@ export interface ApiSocketServer extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/**
+ * The protocols the API socket speaks. A route given options of its own
+ * (router.rpc's third argument) must repeat them: Connect takes a route's
+ * protocols from its own options, and would serve gRPC-web on it otherwise.
+ */
+export const API_PROTOCOLS = { grpc: true, connect: true, grpcWeb: false } as const;
+
 /** Concurrent streams one HTTP/2 connection may open (each WatchEvents call holds one). */
 const MAX_STREAMS_PER_SESSION = 100;
 /** The connection (HTTP/1.1 socket or HTTP/2 session) a call arrived on: what the rate limit is kept per. */
@@ -108,9 +115,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     withPortableGrpcMessage(
       connectNodeAdapter({
         routes,
-        grpc: true,
-        connect: true,
-        grpcWeb: false,
+        ...API_PROTOCOLS,
         shutdownSignal: shutdown.signal,
         // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
         jsonOptions: { alwaysEmitImplicit: true },

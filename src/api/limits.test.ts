@@ -1,6 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ApiRateLimiter, TokenBucket } from "./limits.ts";
+import { create, toBinary, toJsonString } from "@bufbuild/protobuf";
+import { AllocateRequestSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH, MAX_RESOURCES_PER_REQUEST } from "../handlers/deviceplugin/allocation.ts";
+import { ALLOCATION_REQUEST_MAX_BYTES, ApiRateLimiter, TokenBucket } from "./limits.ts";
 
 test("a token bucket gives its burst at once, then refills at its rate and never beyond the burst", () => {
   let now = 0;
@@ -25,4 +28,24 @@ test("the API limiter keeps a bucket per connection and one for the whole socket
   now += 10;
   assert.equal(limiter.admit(second), true);
   assert.match(limiter.describe(), /100 requests\/s with bursts of 2 per connection, 100\/s for the whole socket/);
+});
+
+test("the largest Allocate request that can be granted stays under half the allocation request limit, as protobuf and as JSON", () => {
+  // Three bytes a character in UTF-8 and six as a JSON \u escape: the widest an owner and a container can be.
+  const wide = (length: number) => "\u20ac".repeat(length);
+  // Extended resource names are ASCII; 316 characters is checkRequest's bound on them.
+  const resource = (index: number) => `${"r".repeat(308)}/${String(index).padStart(7, "0")}`;
+  const request = create(AllocateRequestSchema, {
+    owner: wide(MAX_OWNER_LENGTH),
+    container: wide(MAX_CONTAINER_LENGTH),
+    resources: Array.from({ length: MAX_RESOURCES_PER_REQUEST }, (_, index) => ({ resource: resource(index), count: 0xffff_ffff })),
+  });
+  assert.equal(request.resources[0]!.resource.length, 316);
+  const escapedJson = toJsonString(AllocateRequestSchema, request).replaceAll("\u20ac", "\\u20ac");
+  for (const [encoding, bytes] of [
+    ["protobuf", toBinary(AllocateRequestSchema, request).length],
+    ["JSON, escaped", Buffer.byteLength(escapedJson)],
+  ] as const) {
+    assert.ok(bytes * 2 < ALLOCATION_REQUEST_MAX_BYTES, `${encoding}: ${bytes} bytes`);
+  }
 });

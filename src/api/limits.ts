@@ -51,6 +51,18 @@ export const API_SOCKET_LIMITS: ListenerLimits = {
   maxRequestBodyBytes: 4 * MiB,
 };
 
+/**
+ * An Allocate or Release request on the API socket (each gRPC message, each
+ * Connect body, decompressed), far below the socket's 4 MiB: an Allocate
+ * request holds its memory while it waits in the allocation queue, where up
+ * to 128 may wait. The largest request that can be granted (64 resources,
+ * each an extended resource name of 316 ASCII characters, with an owner of
+ * 253 and a container of 63 characters of 3 bytes each: the bounds of
+ * allocation.ts) takes 22 KB as protobuf and 25 KB as JSON with every
+ * non-ASCII character escaped; limits.test.ts holds it under half of this.
+ */
+export const ALLOCATION_REQUEST_MAX_BYTES = 64 * 1024;
+
 /** The metrics, health and readiness endpoint (api.metrics): scraped by a few collectors at most. */
 export const METRICS_LISTENER_LIMITS: ListenerLimits = {
   maxConnections: 64,
