@@ -101,6 +101,7 @@ export class EdgeplugAgent {
       ...deviceSettings(policy),
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
+      observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
     });
     // The rules of the policy in force: a reload changes them for the next registration.
     this.#csiDra = csiDraDrivers({ log, dialTimeoutMs: policy.reconcile.timeouts.dialMs, endpointRules: () => endpointRules(this.#policy) });

@@ -2,7 +2,9 @@
  * The allocation bounds as an API client meets them, on a real agent with
  * its API socket and a @grpc/grpc-js device plugin registered on its
  * kubelet.sock: Allocate and Release read at most 64 KiB, refused before
- * the rest of the body is read.
+ * the rest of the body is read; a request refused because the allocation
+ * queue is full counts in the metrics. The plugin's Allocate is held open
+ * by a gate, so nothing here sleeps.
  */
 import assert from "node:assert/strict";
 import * as http from "node:http";
@@ -13,9 +15,11 @@ import { EdgeplugAgent } from "../src/agent.ts";
 import { ALLOCATION_REQUEST_MAX_BYTES } from "../src/api/limits.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH, MAX_RESOURCES_PER_REQUEST } from "../src/handlers/deviceplugin/allocation.ts";
+import { MAX_WAITING_ALLOCATIONS } from "../src/handlers/deviceplugin/allocator.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
+import { hold } from "./support/device-manager-harness.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./support/fake-device-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
@@ -121,4 +125,29 @@ test("Allocate's own options keep the socket's protocols: gRPC-web is refused th
   const allocate = await post(apiSocket, "/edgeplug.v1.Agent/Allocate", 5, call);
   assert.equal(status.status, 415);
   assert.equal(allocate.status, status.status);
+});
+
+test("a request refused because the allocation queue is full counts in edgeplug_allocation_queue_full_total", async (t) => {
+  const stuck = hold();
+  t.after(stuck.release);
+  const { agent, plugin, api } = await agentWithPlugin(t, { devices: healthyDevices(MAX_WAITING_ALLOCATIONS + 1), holdAllocate: stuck.held });
+  const counted = async () => {
+    const text = await (await fetch(`${agent.metricsUrl}/metrics`)).text();
+    return text.match(/^edgeplug_allocation_queue_full_total (\d+)$/m)?.[1];
+  };
+  assert.equal(await counted(), "0", "served from the start");
+
+  const ask = (owner: string) => ({ owner, container: "main", resources: [{ resource: R, count: 1 }] });
+  const running = agent.devices.allocate(ask("running"));
+  await plugin.waitForCalls("allocate", 1);
+  const waiting = Array.from({ length: MAX_WAITING_ALLOCATIONS }, (_, i) => agent.devices.allocate(ask(`waiting-${i}`)));
+  const full = await refusal(api.allocate(ask("over")));
+  assert.equal(full.code, Code.ResourceExhausted);
+  assert.equal(full.rawMessage, `allocation queue is full (${MAX_WAITING_ALLOCATIONS} requests waiting); retry later`);
+  assert.equal(await counted(), "1");
+
+  stuck.release();
+  await running;
+  await Promise.all(waiting);
+  assert.equal(await counted(), "1", "served requests are not counted");
 });

@@ -57,6 +57,8 @@ export interface AgentMetrics {
   observeRegistration(type: string | null, seconds: number, failure: AttemptFailure | null): void;
   /** Counts one allocation of devices of an existing `resource`. */
   observeAllocation(resource: string): void;
+  /** Counts one allocation request refused on arrival because the allocation queue was full. */
+  observeAllocationQueueFull(): void;
   /** Counts one checkpoint write (success or failure) and its duration. */
   observeCheckpointWrite(ok: boolean, seconds: number): void;
   /** Counts how the checkpoint was read at start. */
@@ -107,6 +109,11 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     name: "edgeplug_allocations_total",
     help: "Device allocations by resource.",
     labelNames: ["resource"],
+    registers,
+  });
+  const allocationQueueFull = new Counter({
+    name: "edgeplug_allocation_queue_full_total",
+    help: "Allocation requests refused on arrival because the allocation queue was full (ResourceExhausted).",
     registers,
   });
   const checkpointWrites = new Counter({
@@ -178,6 +185,9 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     },
     observeAllocation(resource) {
       allocations.inc({ resource });
+    },
+    observeAllocationQueueFull() {
+      allocationQueueFull.inc();
     },
     observeCheckpointWrite(ok, seconds) {
       checkpointWrites.inc({ result: ok ? "success" : "failure" });

@@ -12,11 +12,14 @@ interface Waiter {
 
 export class AllocationQueue {
   readonly #maxWaiting: number;
+  readonly #refusedFull: () => void;
   readonly #waiting: Waiter[] = [];
   #turnTaken = false;
 
-  constructor(maxWaiting: number) {
+  /** `refusedFull` is told of each request refused because the queue was full. */
+  constructor(maxWaiting: number, refusedFull: () => void = () => {}) {
     this.#maxWaiting = maxWaiting;
+    this.#refusedFull = refusedFull;
   }
 
   /** Requests waiting behind the one that holds the turn. */
@@ -32,7 +35,10 @@ export class AllocationQueue {
   async take(owner: string, signal: AbortSignal | undefined): Promise<() => void> {
     if (signal?.aborted) throw cancelledBeforeTurn(owner);
     if (this.#turnTaken) {
-      if (this.#waiting.length >= this.#maxWaiting) throw new AllocationQueueFullError(this.#waiting.length);
+      if (this.#waiting.length >= this.#maxWaiting) {
+        this.#refusedFull();
+        throw new AllocationQueueFullError(this.#waiting.length);
+      }
       await this.#wait(owner, signal);
     }
     this.#turnTaken = true;

@@ -53,16 +53,19 @@ export interface AllocatorParts {
   stopped: () => boolean;
   /** Times each request's deadline. */
   clock: Clock;
+  /** Told of each request refused because the queue was full. */
+  queueFull?: () => void;
 }
 
 export class Allocator {
   readonly #parts: AllocatorParts;
-  readonly #queue = new AllocationQueue(MAX_WAITING_ALLOCATIONS);
+  readonly #queue: AllocationQueue;
   /** The request on its way, and whether its owner was released meanwhile. */
   #inFlight: { owner: string; released: boolean } | null = null;
 
   constructor(parts: AllocatorParts) {
     this.#parts = parts;
+    this.#queue = new AllocationQueue(MAX_WAITING_ALLOCATIONS, () => parts.queueFull?.());
   }
 
   async allocate(request: AllocationRequest): Promise<GrantedAllocation[]> {

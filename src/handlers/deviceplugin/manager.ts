@@ -84,6 +84,7 @@ export class DeviceManager {
       maxDevices: () => this.#settings.maxDevicesPerResource,
       stopped: () => this.#stopped,
       clock,
+      queueFull: options.observeAllocationQueueFull,
     });
   }
 

@@ -27,6 +27,8 @@ export interface DeviceManagerOptions extends DeviceSettings {
   clock?: Clock;
   /** Told of every checkpoint write (metrics). */
   observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;
+  /** Told of every allocation request refused because the queue was full (metrics). */
+  observeAllocationQueueFull?: () => void;
 }
 
 /** What status says about the checkpoint. */
