@@ -20,7 +20,7 @@ import { DeviceManager, type DeviceChange } from "./handlers/deviceplugin/manage
 import { deviceSettings } from "./handlers/deviceplugin/device-settings.ts";
 import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
-import { csiDraDetails, csiDraDrivers, type CsiDraDrivers } from "./handlers/csi-dra.ts";
+import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "./handlers/csi-dra.ts";
 import { endpointRules } from "./handlers/endpoint-rules.ts";
 import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
 import type { Logger } from "./log/logger.ts";
@@ -102,9 +102,11 @@ export class EdgeplugAgent {
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
       observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
+      liveElsewhere: (realPath) => csiDraEndpointHolder(this.#csiDra, realPath),
     });
-    // The rules of the policy in force: a reload changes them for the next registration.
-    this.#csiDra = csiDraDrivers({ log, dialTimeoutMs: policy.reconcile.timeouts.dialMs, endpointRules: () => endpointRules(this.#policy) });
+    // The rules of the policy in force (a reload changes them for the next registration), and the device plugins' endpoints.
+    const liveElsewhere = (realPath: string) => this.devices.endpointHolder(realPath);
+    this.#csiDra = csiDraDrivers({ log, dialTimeoutMs: policy.reconcile.timeouts.dialMs, endpointRules: () => endpointRules(this.#policy), liveElsewhere });
     this.pluginStatus = new PluginStatusCache({ log });
     this.manager = new PluginManager({
       policy,

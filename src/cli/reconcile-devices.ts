@@ -16,6 +16,7 @@ import { SocketInUseError } from "../api/socket-guard.ts";
 import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
 import { DeviceManager } from "../handlers/deviceplugin/manager.ts";
 import { serveRegistration, type RegistrationServer } from "../handlers/deviceplugin/registration-server.ts";
+import type { LiveEndpointLookup } from "../handlers/endpoint-rules.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 
@@ -35,7 +36,12 @@ export interface ReconcileDevices {
  * created or its file cannot be read, or the registration socket cannot be
  * prepared for another reason than a live process holding it.
  */
-export async function startReconcileDevices(policy: Policy, log: Logger, pluginManagerSlots: () => number): Promise<ReconcileDevices> {
+export async function startReconcileDevices(
+  policy: Policy,
+  log: Logger,
+  pluginManagerSlots: () => number,
+  liveElsewhere?: LiveEndpointLookup,
+): Promise<ReconcileDevices> {
   const daemon = policy.api.socket !== null && (await answers(policy.api.socket));
   const store = new CheckpointStore({ path: policy.checkpoint.path, log });
   const devices = new DeviceManager({
@@ -43,6 +49,7 @@ export async function startReconcileDevices(policy: Policy, log: Logger, pluginM
     ...deviceSettings(policy),
     store,
     readOnly: daemon,
+    liveElsewhere,
   });
   let registration: RegistrationServer | null = null;
   const stop = async () => {

@@ -9,7 +9,7 @@
  * retrying cannot fix (no handler, the policy, the socket's owner), so a
  * permanent refusal never waits out `--timeout`.
  */
-import { csiDraDrivers } from "../handlers/csi-dra.ts";
+import { csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
 import { endpointRules } from "../handlers/endpoint-rules.ts";
 import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type Expectations } from "../api/report.ts";
@@ -38,15 +38,17 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const { expectations } = settings;
   let deviceSide: ReconcileDevices;
   let manager: PluginManager | undefined;
+  let storage: CsiDraDrivers | undefined;
   try {
-    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0);
+    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (realPath) => storage && csiDraEndpointHolder(storage, realPath));
   } catch (error) {
     return cannotStart(error, io, settings.output);
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
   const rules = endpointRules(policy);
-  const handlers = handlerFactories(devices, csiDraDrivers({ endpointRules: () => rules }));
+  storage = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (realPath) => devices.endpointHolder(realPath) });
+  const handlers = handlerFactories(devices, storage);
   manager = new PluginManager({ policy, log: io.log, handlers, observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
   try {
     await manager.start();

@@ -8,7 +8,7 @@ import { createLogger } from "../log/logger.ts";
 import { CsiDrivers } from "./csi.ts";
 import type { PluginDetails } from "./csi-dra-status.ts";
 import { DraDrivers } from "./dra.ts";
-import type { WatchedEndpointRules } from "./endpoint-rules.ts";
+import type { EndpointHolder, LiveEndpointLookup, WatchedEndpointRules } from "./endpoint-rules.ts";
 
 /** The long-lived registries behind the CSIPlugin and DRAPlugin handlers. */
 export interface CsiDraDrivers {
@@ -22,11 +22,21 @@ export interface CsiDraSettings {
   dialTimeoutMs?: number;
   /** The policy's endpoint rules, read at each registration (default: the handlers' own). */
   endpointRules?: () => WatchedEndpointRules;
+  /** The live plugins of other kinds (the device plugins'), whose endpoints a driver may not name. */
+  liveElsewhere?: LiveEndpointLookup;
 }
 
 export function csiDraDrivers(settings: CsiDraSettings = {}): CsiDraDrivers {
-  const { log = createLogger({ level: "error" }), dialTimeoutMs, endpointRules } = settings;
-  return { csi: new CsiDrivers({ log, dialTimeoutMs, endpointRules }), dra: new DraDrivers({ log, dialTimeoutMs, endpointRules }) };
+  const { log = createLogger({ level: "error" }), dialTimeoutMs, endpointRules, liveElsewhere } = settings;
+  return {
+    csi: new CsiDrivers({ log, dialTimeoutMs, endpointRules, liveElsewhere }),
+    dra: new DraDrivers({ log, dialTimeoutMs, endpointRules, liveElsewhere }),
+  };
+}
+
+/** The CSI or DRA driver registered with the socket at `realPath` as its endpoint, for the device plugins' endpoint rule. */
+export function csiDraEndpointHolder(drivers: CsiDraDrivers, realPath: string): EndpointHolder | undefined {
+  return drivers.csi.endpointHolder(realPath) ?? drivers.dra.endpointHolder(realPath);
 }
 
 /** What the CSI and DRA handlers add to a plugin's status. */

@@ -18,7 +18,7 @@ import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.t
 import { messageOf } from "../platform/error-message.ts";
 import type { PinnedSocket } from "../platform/pinned-socket.ts";
 import { queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type WatchedEndpointRules } from "./endpoint-rules.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
 
 export interface CsiDriversOptions {
@@ -29,6 +29,8 @@ export interface CsiDriversOptions {
   callTimeoutMs?: number;
   /** Read at each validation and registration: a reload may change them (default: {@link defaultEndpointRules}). */
   endpointRules?: () => WatchedEndpointRules;
+  /** The live plugins of other kinds, whose endpoints a driver may not name. */
+  liveElsewhere?: LiveEndpointLookup;
 }
 
 /** One registered driver, as the kubelet's csiDrivers store keeps it (plus what NodeGetInfo said). */
@@ -36,6 +38,8 @@ interface CsiDriver {
   readonly name: string;
   readonly socket: string;
   readonly endpoint: string;
+  /** The endpoint's socket by its real path, as opened at RegisterPlugin. */
+  readonly realEndpoint: string | null;
   readonly version: GenericVersion;
   /** Set once NodeGetInfo answered. */
   info: CsiNodeInfo | null;
@@ -53,6 +57,7 @@ export class CsiDrivers {
   readonly #dialTimeoutMs: number;
   readonly #callTimeoutMs: number;
   readonly #endpointRules: () => WatchedEndpointRules;
+  readonly #liveElsewhere: LiveEndpointLookup | undefined;
 
   constructor(options: CsiDriversOptions) {
     this.#log = options.log;
@@ -60,6 +65,7 @@ export class CsiDrivers {
     this.#callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
     const rules = defaultEndpointRules();
     this.#endpointRules = options.endpointRules ?? (() => rules);
+    this.#liveElsewhere = options.liveElsewhere;
   }
 
   /** The handler for the CSIPlugin type: a view of this registry (the policy's name and version rules are the plugin manager's). */
@@ -89,6 +95,14 @@ export class CsiDrivers {
     });
   }
 
+  /** The registered driver whose endpoint is the socket at `realPath`, for the other kinds' endpoint rule. */
+  endpointHolder(realPath: string): EndpointHolder | undefined {
+    for (const driver of this.#drivers.values()) {
+      if (driver.realEndpoint === realPath) return { kind: "CSI driver", name: driver.name };
+    }
+    return undefined;
+  }
+
   /** The highest acceptable version, or the kubelet's error for this caller. */
   #validate(caller: string, plugin: PluginRegistration): GenericVersion {
     const failed = `${CSI}: ${caller} for CSI driver ${JSON.stringify(plugin.name)} failed.`;
@@ -110,7 +124,7 @@ export class CsiDrivers {
 
   /** The endpoint opened for dialling, or what says nothing is there yet; throws this caller's refusal when the rules refuse it. */
   #openEndpoint(caller: string, plugin: PluginRegistration): { pinned: PinnedSocket } | { missing: string } {
-    const endpoint = pinServiceEndpoint("CSI", plugin.endpoint, plugin.socket, this.#endpointRules(), "the CSI Identity and Node services");
+    const endpoint = pinServiceEndpoint("CSI", plugin.endpoint, plugin.socket, this.#endpointRules(), "the CSI Identity and Node services", this.#liveElsewhere);
     if ("refused" in endpoint) throw new Error(`${CSI}: ${caller} for CSI driver ${JSON.stringify(plugin.name)} failed. ${endpoint.refused}`);
     return endpoint;
   }
@@ -119,7 +133,8 @@ export class CsiDrivers {
     const version = this.#validate("RegisterPlugin", plugin);
     // Judged again, before the registered driver of this name can be replaced: the one opened now is the one dialled.
     const endpoint = this.#openEndpoint("RegisterPlugin", plugin);
-    const driver: CsiDriver = { name: plugin.name, socket: plugin.socket, endpoint: plugin.endpoint, version, info: null };
+    const realEndpoint = "pinned" in endpoint ? endpoint.pinned.realPath : null;
+    const driver: CsiDriver = { name: plugin.name, socket: plugin.socket, endpoint: plugin.endpoint, realEndpoint, version, info: null };
     const replaced = this.#drivers.get(plugin.name);
     this.#drivers.set(plugin.name, driver);
     const log = this.#log.with({ driver: plugin.name, endpoint: plugin.endpoint, socket: plugin.socket });

@@ -22,7 +22,7 @@ import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { canonicalSocketPath } from "../platform/canonical-path.ts";
 import { messageOf } from "../platform/error-message.ts";
 import type { PinnedSocket } from "../platform/pinned-socket.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type WatchedEndpointRules } from "./endpoint-rules.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
 export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;
@@ -38,6 +38,8 @@ export interface DraDriversOptions {
   dialTimeoutMs?: number;
   /** Read at each validation and registration: a reload may change them (default: {@link defaultEndpointRules}). */
   endpointRules?: () => WatchedEndpointRules;
+  /** The live plugins of other kinds, whose endpoints an instance may not name. */
+  liveElsewhere?: LiveEndpointLookup;
 }
 
 /** One registered instance of a driver. */
@@ -62,6 +64,7 @@ export class DraDrivers {
   readonly #log: Logger;
   readonly #dialTimeoutMs: number;
   readonly #endpointRules: () => WatchedEndpointRules;
+  readonly #liveElsewhere: LiveEndpointLookup | undefined;
   #sequence = 0;
   /** Connections closed and not yet gone. */
   readonly #closing = new Set<Promise<void>>();
@@ -71,6 +74,7 @@ export class DraDrivers {
     this.#dialTimeoutMs = options.dialTimeoutMs ?? DEFAULT_DIAL_TIMEOUT_MS;
     const rules = defaultEndpointRules();
     this.#endpointRules = options.endpointRules ?? (() => rules);
+    this.#liveElsewhere = options.liveElsewhere;
   }
 
   /** The handler for the DRAPlugin type: a view of this registry. */
@@ -91,6 +95,14 @@ export class DraDrivers {
   /** The instance calls for `driver` go to: the newest connected one, else the newest. */
   preferred(driver: string): PluginRegistration | undefined {
     return this.#preferredInstance(driver)?.plugin;
+  }
+
+  /** The driver of the registered instance whose endpoint is the socket at `realPath`, for the other kinds' endpoint rule. */
+  endpointHolder(realPath: string): EndpointHolder | undefined {
+    for (const [driver, instances] of this.#drivers) {
+      for (const instance of instances.values()) if (instance.realEndpoint === realPath) return { kind: "DRA driver", name: driver };
+    }
+    return undefined;
   }
 
   /** True when some instance of `driver` has its service connection up. */
@@ -134,7 +146,7 @@ export class DraDrivers {
 
   /** The endpoint opened for dialling, or what says nothing is there yet; throws when the rules refuse it. */
   #openEndpoint(plugin: PluginRegistration, service: string): { pinned: PinnedSocket } | { missing: string } {
-    const endpoint = pinServiceEndpoint("DRA", plugin.endpoint, plugin.socket, this.#endpointRules(), `the ${service} service`);
+    const endpoint = pinServiceEndpoint("DRA", plugin.endpoint, plugin.socket, this.#endpointRules(), `the ${service} service`, this.#liveElsewhere);
     if ("refused" in endpoint) throw new Error(endpoint.refused);
     return endpoint;
   }

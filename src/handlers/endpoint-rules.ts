@@ -11,7 +11,9 @@
  * `security.socketOwners` like the registration socket that named it;
  * inside a watched directory it may only be the plugin's own registration
  * socket (another one there belongs to another plugin); never one of
- * edgeplug's own sockets.
+ * edgeplug's own sockets; never the live endpoint of a plugin of another
+ * kind (a CSI or DRA driver naming a device plugin's socket, or the other
+ * way round), which edgeplug would otherwise dial as what it is not.
  *
  * The rules judge the socket opened for dialling (src/platform/pinned-socket.ts),
  * so a plugin cannot swap it between the rules and the dial.
@@ -35,6 +37,26 @@ export interface WatchedEndpointRules {
   watchDirs: readonly string[];
   /** Sockets edgeplug serves (the registration socket, the API socket). */
   ownSockets: readonly string[];
+}
+
+/** A live plugin, as a refusal of its endpoint to a plugin of another kind names it. */
+export interface EndpointHolder {
+  kind: "device plugin" | "CSI driver" | "DRA driver";
+  /** The device plugin's resource, the driver's name. */
+  name: string;
+}
+
+/**
+ * The live plugin of another kind whose endpoint is the socket at `realPath`,
+ * if any. Handlers know nothing of one another: the composition root hands
+ * each the others' lookup.
+ */
+export type LiveEndpointLookup = (realPath: string) => EndpointHolder | undefined;
+
+/** The refusal of `realPath` to a plugin of `kind` when `holder`, of another kind, serves it. */
+export function liveEndpointRefusal(realPath: string, holder: EndpointHolder | undefined, kind: EndpointHolder["kind"]): string | null {
+  if (holder === undefined || holder.kind === kind) return null;
+  return `endpoint ${JSON.stringify(realPath)} is the live endpoint of ${holder.kind} ${holder.name}; a ${kind} must serve a socket of its own`;
 }
 
 /** The rules `policy` sets. */
@@ -77,14 +99,24 @@ export type ServiceEndpoint = { pinned: PinnedSocket } | { missing: string } | {
  * It must be absolute (CSI's may be a "unix://" URL): a relative one would
  * be resolved against the dialling process's working directory, which no
  * driver can count on and edgeplug's contract leaves out. `service` is what
- * should be served there, for the message when nothing is.
+ * should be served there, for the message when nothing is; `liveElsewhere`
+ * finds the live plugins of other kinds (the device plugins').
  */
-export function pinServiceEndpoint(kind: "CSI" | "DRA", endpoint: string, registrationSocket: string, rules: WatchedEndpointRules, service: string): ServiceEndpoint {
+export function pinServiceEndpoint(
+  kind: "CSI" | "DRA",
+  endpoint: string,
+  registrationSocket: string,
+  rules: WatchedEndpointRules,
+  service: string,
+  liveElsewhere?: LiveEndpointLookup,
+): ServiceEndpoint {
   const socketPath = kind === "CSI" && endpoint.startsWith(UNIX_URL_PREFIX) ? endpoint.slice(UNIX_URL_PREFIX.length) : endpoint;
   if (!path.isAbsolute(socketPath)) return { refused: `${kind} endpoint ${JSON.stringify(endpoint)} is not an absolute unix socket path` };
   const opened = pinSocket(socketPath, service);
   if ("refused" in opened) return opened.missing ? { missing: opened.refused } : { refused: opened.refused };
-  const refused = watchedEndpointRefusal(opened, registrationSocket, rules);
+  const refused =
+    watchedEndpointRefusal(opened, registrationSocket, rules) ??
+    liveEndpointRefusal(opened.realPath, liveElsewhere?.(opened.realPath), kind === "CSI" ? "CSI driver" : "DRA driver");
   if (refused === null) return { pinned: opened };
   opened.close();
   return { refused };

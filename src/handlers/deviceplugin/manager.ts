@@ -27,7 +27,7 @@ import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal } from "./endpoint-check.ts";
-import { defaultEndpointRules, watchedEndpointRefusal, type WatchedEndpointRules } from "../endpoint-rules.ts";
+import { defaultEndpointRules, liveEndpointRefusal, watchedEndpointRefusal, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoint-rules.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
@@ -42,6 +42,7 @@ export class DeviceManager {
   readonly #connections: PluginConnections;
   #settings: Required<DeviceSettings>;
   readonly #allocator: Allocator;
+  readonly #liveElsewhere: LiveEndpointLookup | undefined;
   #stopped = false;
   #stopping: Promise<void> | null = null;
 
@@ -49,6 +50,7 @@ export class DeviceManager {
     this.#log = options.log.with({ component: "devicemanager" });
     this.#events = new DeviceEvents(this.#log);
     this.#settings = settingsWithDefaults(options, defaultEndpointRules());
+    this.#liveElsewhere = options.liveElsewhere;
     const clock = options.clock ?? systemClock;
     this.#resources = new ResourceTable({
       clock,
@@ -101,10 +103,22 @@ export class DeviceManager {
 
   /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled for `resource` (endpoint-rules.ts, endpoint-check.ts), or null. */
   watchedEndpointRefusal(resource: string, endpoint: PinnedSocket, registrationSocket: string): string | null {
-    return (
-      watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ??
-      sharedSocketRefusal(endpoint.realPath, this.resourceOnSocket(endpoint.realPath), resource)
-    );
+    return watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ?? this.liveEndpointRefusal(resource, endpoint.realPath);
+  }
+
+  /**
+   * Why `resource` may not connect the socket at `realPath` (either way of
+   * registering), or null: a live endpoint of another resource, or of a CSI
+   * or DRA driver, is there.
+   */
+  liveEndpointRefusal(resource: string, realPath: string): string | null {
+    return sharedSocketRefusal(realPath, this.resourceOnSocket(realPath), resource) ?? liveEndpointRefusal(realPath, this.#liveElsewhere?.(realPath), "device plugin");
+  }
+
+  /** The live device plugin whose endpoint is the socket at `realPath`, for the CSI and DRA drivers' endpoint rule. */
+  endpointHolder(realPath: string): EndpointHolder | undefined {
+    const resource = this.resourceOnSocket(realPath);
+    return resource === undefined ? undefined : { kind: "device plugin", name: resource };
   }
 
   /** Tells `listener` of allocation changes at once and of resource changes coalesced (device-events.ts). */

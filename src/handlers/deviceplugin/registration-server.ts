@@ -24,7 +24,6 @@ import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
 import { pinSocket, type PinnedSocket } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
-import { sharedSocketRefusal } from "./endpoint-check.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
 
@@ -82,8 +81,8 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         if ("refused" in endpoint) return refuse(endpoint.refused);
         let handedOver = false;
         try {
-          const shared = sharedSocketRefusal(endpoint.realPath, manager.resourceOnSocket(endpoint.realPath), request.resourceName);
-          if (shared) refuse(shared);
+          const taken = manager.liveEndpointRefusal(request.resourceName, endpoint.realPath);
+          if (taken) refuse(taken);
           // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
           const limit = options.slots?.limit() ?? Infinity;
           const replacing = manager.hasRegistrationSocketPlugin(request.resourceName, endpoint.realPath);

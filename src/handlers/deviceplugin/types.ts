@@ -5,7 +5,7 @@
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
-import type { WatchedEndpointRules } from "../endpoint-rules.ts";
+import type { LiveEndpointLookup, WatchedEndpointRules } from "../endpoint-rules.ts";
 import type { DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 
@@ -27,6 +27,8 @@ export interface DeviceManagerOptions extends DeviceSettings {
   clock?: Clock;
   /** Told of every checkpoint write (metrics). */
   observeCheckpointWrite?: (outcome: CheckpointWriteOutcome) => void;
+  /** The live plugins of other kinds (CSI and DRA drivers), whose endpoints a device plugin may not name. */
+  liveElsewhere?: LiveEndpointLookup;
   /** Told of every allocation request refused because the queue was full (metrics). */
   observeAllocationQueueFull?: () => void;
 }
