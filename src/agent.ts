@@ -6,8 +6,7 @@
  * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
  */
 import { create } from "@bufbuild/protobuf";
-import type { StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
-import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
+import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
