@@ -93,6 +93,7 @@ export class EdgeplugAgent {
             resources: () => this.devices.resources(),
             allocations: () => this.devices.allocations(),
             sockets: () => this.#socketSamples(),
+            watchLimits: () => this.manager.watchLimitsReached(),
             build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
           });
     this.devices = new DeviceManager({
@@ -231,11 +232,7 @@ export class EdgeplugAgent {
     const previous = this.#policy;
     const needRestart = RESTART_SETTINGS.filter(([, read]) => read(previous) !== read(next));
     for (const [key, read] of needRestart) {
-      this.#log.warn("policy change needs a restart to take effect", {
-        key,
-        running: read(previous),
-        requested: read(next),
-      });
+      this.#log.warn("policy change needs a restart to take effect", { key, running: read(previous), requested: read(next) });
     }
     const effective: Policy = {
       ...next,

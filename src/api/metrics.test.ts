@@ -88,6 +88,19 @@ test("device gauges come from the resources provider; allocations are counted pe
   metrics.close();
 });
 
+test("edgeplug_watch_left_out follows what the watcher leaves out at every scrape, 0 while nothing is", async () => {
+  let reached: { skippedDirectories: number; skippedSockets: number } | null = { skippedDirectories: 2, skippedSockets: 5 };
+  const metrics = createMetrics({ plugins: () => [], watchLimits: () => reached, processMetrics: false });
+  const left = async () => {
+    const text = await metrics.registry.metrics();
+    return [sample(text, 'edgeplug_watch_left_out{kind="directories"}'), sample(text, 'edgeplug_watch_left_out{kind="sockets"}')];
+  };
+  assert.deepEqual(await left(), [2, 5]);
+  reached = null;
+  assert.deepEqual(await left(), [0, 0]);
+  metrics.close();
+});
+
 test("process metrics are in the agent's registry, not prom-client's global one", async () => {
   const { register } = await import("prom-client");
   const first = createMetrics({ plugins: () => [] });

@@ -5,6 +5,7 @@
  * describe.
  */
 import { Gauge, type Registry } from "prom-client";
+import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import { PLUGIN_STATES, type PluginRecord } from "./plugin-status.ts";
 
 /** What the plugin gauges need of each known socket. */
@@ -38,6 +39,8 @@ export interface StateSources {
   allocations?: () => Iterable<AllocationSample>;
   /** edgeplug's listening sockets and whether each is served at its path (absent: no socket gauge). */
   sockets?: () => Iterable<SocketSample>;
+  /** What the plugin watcher leaves out past its limits, null while nothing (absent: no watch gauge). */
+  watchLimits?: () => Pick<WatchLimitsReached, "skippedDirectories" | "skippedSockets"> | null;
 }
 
 /** Adds the state gauges to `registers`. */
@@ -105,6 +108,20 @@ export function registerStateGauges(sources: StateSources, registers: Registry[]
       collect() {
         this.reset();
         for (const { socket, serving } of socketsOf()) this.set({ socket }, serving ? 1 : 0);
+      },
+    });
+  }
+  if (sources.watchLimits) {
+    const watchLimitsOf = sources.watchLimits;
+    new Gauge({
+      name: "edgeplug_watch_left_out",
+      help: "Directories and sockets the plugin watcher leaves out past its limits (status's watchLimits); 0 while nothing is.",
+      labelNames: ["kind"],
+      registers,
+      collect() {
+        const reached = watchLimitsOf();
+        this.set({ kind: "directories" }, reached?.skippedDirectories ?? 0);
+        this.set({ kind: "sockets" }, reached?.skippedSockets ?? 0);
       },
     });
   }
