@@ -158,52 +158,55 @@ export class CheckpointStore {
   }
 
   /**
-   * Temporary file written with O_SYNC, rename, fsync of the directory, with
-   * nothing else on the way: the directory is opened while the file is
-   * written, and the file is closed while it is renamed (a rename does not
-   * need it closed). Closing the directory comes after; {@link idle} waits
-   * for it. Raw descriptors rather than FileHandles, and the file's write
-   * and fsync as one O_SYNC write: each call is a trip through the thread
-   * pool, which costs the event loop more than the call itself.
+   * Temporary file written with O_SYNC, renamed over the checkpoint, fsync
+   * of the directory. Only the two calls that wait for the disk go through
+   * libuv's thread pool: the O_SYNC write (its data and the file's size on
+   * disk when it returns) and the directory's fsync. The others only touch
+   * directory entries and descriptors and are made in place, 5 to 30 us
+   * each, where a trip through the thread pool cost the event loop 100 to
+   * 250 us more than the call itself. The checkpoint being replaced is held
+   * open across the rename, so the rename only swaps the entry (12 us);
+   * freeing the old file's blocks, which took the rename 0.1 to 0.17 ms from
+   * 2 to 400 KB, happens when that descriptor is closed, on the thread pool
+   * after the write ({@link idle} waits for it).
    */
   async #writeAtomically(bytes: Uint8Array): Promise<void> {
     const temp = path.join(this.#directory, `${this.#tempPrefix}${process.pid}-${++this.#tempSequence}`);
-    let directory = openDirectory(this.#directory);
+    let fd: number;
     try {
-      let fd: number;
+      fd = fsCallbacks.openSync(temp, SYNCED_NEW_FILE, FILE_MODE);
+    } catch (error) {
+      if (errorCode(error) !== "ENOENT") throw error;
+      await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+      fd = fsCallbacks.openSync(temp, SYNCED_NEW_FILE, FILE_MODE);
+    }
+    let replaced: number | null = null;
+    try {
       try {
-        fd = await descriptors.open(temp, SYNCED_NEW_FILE, FILE_MODE);
-      } catch (error) {
-        if (errorCode(error) !== "ENOENT") throw error;
-        await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
-        directory = directory.then((opened) => opened, () => openDirectory(this.#directory));
-        fd = await descriptors.open(temp, SYNCED_NEW_FILE, FILE_MODE);
+        await writeAll(fd, bytes);
+      } finally {
+        fsCallbacks.closeSync(fd);
       }
-      let closed: Promise<void>;
+      replaced = openReplaced(this.path);
+      fsCallbacks.renameSync(temp, this.path);
+    } catch (error) {
+      if (replaced !== null) this.#afterWrite(descriptors.close(replaced));
+      fsCallbacks.rmSync(temp, { force: true });
+      throw error;
+    }
+    try {
+      const directory = fsCallbacks.openSync(this.#directory, fsCallbacks.constants.O_RDONLY);
       try {
-        try {
-          await writeAll(fd, bytes);
-        } catch (error) {
-          await descriptors.close(fd);
-          throw error;
-        }
-        closed = descriptors.close(fd);
-        try {
-          await fs.rename(temp, this.path);
-        } finally {
-          await closed.catch(() => {});
-        }
-      } catch (error) {
-        await fs.rm(temp, { force: true });
-        throw error;
+        await descriptors.fsync(directory);
+      } finally {
+        fsCallbacks.closeSync(directory);
       }
-      await Promise.all([descriptors.fsync(await directory), closed]);
     } finally {
-      this.#afterWrite(directory.then((opened) => descriptors.close(opened), () => {}));
+      if (replaced !== null) this.#afterWrite(descriptors.close(replaced));
     }
   }
 
-  /** Work a write leaves behind (closing the directory), which {@link idle} waits for. */
+  /** Work a write leaves behind (closing the checkpoint it replaced), which {@link idle} waits for. */
   #afterWrite(work: Promise<void>): void {
     const previous = this.#cleanup;
     const all: Promise<void> = Promise.all([previous, work.catch(() => {})]).then(() => {
@@ -224,9 +227,8 @@ export class CheckpointStore {
   }
 }
 
-/** Calls on file descriptors, without the FileHandle objects of node:fs/promises. */
+/** The calls made on the thread pool, on raw descriptors (without the FileHandle objects of node:fs/promises). */
 const descriptors = {
-  open: promisify(fsCallbacks.open),
   write: promisify(fsCallbacks.write),
   fsync: promisify(fsCallbacks.fsync),
   close: promisify(fsCallbacks.close),
@@ -245,11 +247,18 @@ async function writeAll(fd: number, bytes: Uint8Array): Promise<void> {
   }
 }
 
-/** The directory, whose fsync makes the rename itself durable; a failure is seen where it is awaited. */
-function openDirectory(directory: string): Promise<number> {
-  const opened = descriptors.open(directory, fsCallbacks.constants.O_RDONLY);
-  opened.catch(() => {});
-  return opened;
+/**
+ * The checkpoint a rename is about to replace, opened so that its blocks are
+ * freed when it is closed rather than by the rename; null when there is none
+ * or it cannot be opened (the rename then frees it, as it would anyway).
+ * Not followed if it is a symbolic link, and without waiting should it be a FIFO.
+ */
+function openReplaced(file: string): number | null {
+  try {
+    return fsCallbacks.openSync(file, fsCallbacks.constants.O_RDONLY | fsCallbacks.constants.O_NOFOLLOW | fsCallbacks.constants.O_NONBLOCK);
+  } catch {
+    return null;
+  }
 }
 
 function isRunning(pid: number): boolean {
