@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import * as http from "node:http";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { EdgeplugAgent } from "../src/agent.ts";
 import { ALLOCATION_REQUEST_MAX_BYTES } from "../src/api/limits.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
@@ -22,6 +22,7 @@ import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { hold } from "./support/device-manager-harness.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./support/fake-device-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
+import { connectRejection } from "./support/rejection.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const R = "acme.io/gpu";
@@ -46,15 +47,6 @@ async function agentWithPlugin(t: TestContext, plugin: Partial<FakeDevicePluginO
   const channel = dialUnix(policy.api.socket!);
   t.after(() => channel.close());
   return { agent, plugin: fake, apiSocket: policy.api.socket!, api: createClient(Agent, channel.transport) };
-}
-
-async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  const error = await call.then(
-    () => assert.fail("the call was answered"),
-    (reason: unknown) => reason,
-  );
-  assert.ok(error instanceof ConnectError, String(error));
-  return error;
 }
 
 /** POSTs `body`, declared as `declaredBytes` long, over HTTP/1.1 and resolves with the answer. */
@@ -82,10 +74,10 @@ test("Allocate and Release over 64 KiB are refused with RESOURCE_EXHAUSTED namin
   const limitNamed = new RegExp(`larger than configured readMaxBytes ${ALLOCATION_REQUEST_MAX_BYTES}$`);
   const oversized = "x".repeat(ALLOCATION_REQUEST_MAX_BYTES);
 
-  const allocate = await refusal(api.allocate({ owner: oversized, resources: [{ resource: R, count: 1 }] }));
+  const allocate = await connectRejection(api.allocate({ owner: oversized, resources: [{ resource: R, count: 1 }] }));
   assert.equal(allocate.code, Code.ResourceExhausted, allocate.message);
   assert.match(allocate.rawMessage, limitNamed);
-  const release = await refusal(api.release({ owner: oversized }));
+  const release = await connectRejection(api.release({ owner: oversized }));
   assert.equal(release.code, Code.ResourceExhausted, release.message);
   assert.match(release.rawMessage, limitNamed);
 
@@ -101,7 +93,7 @@ test("Allocate and Release over 64 KiB are refused with RESOURCE_EXHAUSTED namin
   assert.equal(plugin.allocateCalls.length, 0, "the plugin was not called");
 
   // The widest request the device manager takes passes the size limit and is judged by the device manager.
-  const widest = await refusal(
+  const widest = await connectRejection(
     api.allocate({
       owner: "\u20ac".repeat(MAX_OWNER_LENGTH),
       container: "\u20ac".repeat(MAX_CONTAINER_LENGTH),
@@ -141,7 +133,7 @@ test("a request refused because the allocation queue is full counts in edgeplug_
   const running = agent.devices.allocate(ask("running"));
   await plugin.waitForCalls("allocate", 1);
   const waiting = Array.from({ length: MAX_WAITING_ALLOCATIONS }, (_, i) => agent.devices.allocate(ask(`waiting-${i}`)));
-  const full = await refusal(api.allocate(ask("over")));
+  const full = await connectRejection(api.allocate(ask("over")));
   assert.equal(full.code, Code.ResourceExhausted);
   assert.equal(full.rawMessage, `allocation queue is full (${MAX_WAITING_ALLOCATIONS} requests waiting); retry later`);
   assert.equal(await counted(), "1");

@@ -12,13 +12,14 @@ import type * as net from "node:net";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Agent, EventSchema, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { LightHeaders } from "../src/cli/light-headers.ts";
 import { classifyRpcError } from "../src/rpc/rpc-error.ts";
 import { dialUnixHttp1 } from "../src/rpc/unix-http1-transport.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { connectRejection } from "./support/rejection.ts";
 import { waitUntil } from "./support/wait.ts";
 
 /** An HTTP/1.1 server on a fresh unix socket that records its connections; closed after the test. */
@@ -43,16 +44,6 @@ async function serve(t: TestContext, handler: http.RequestListener) {
     /** Resolves once the server has seen every client connection close. */
     allClosed: () => waitUntil(() => opened > 0 && connections.size === 0, "the client's connection to close"),
   };
-}
-
-async function rejection(promise: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ConnectError, `expected a ConnectError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail("the call succeeded");
 }
 
 test("a unary call and a server stream reach a Connect server over HTTP/1.1, with the CLI's Headers as the global", async (t) => {
@@ -105,7 +96,7 @@ test("an answer larger than readMaxBytes fails as resource_exhausted and its con
   });
   const channel = dialUnixHttp1(server.socketPath, { readMaxBytes: 1024 });
   t.after(() => channel.close());
-  const error = await rejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 10_000 }));
+  const error = await connectRejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 10_000 }));
   assert.equal(error.code, Code.ResourceExhausted);
   await server.allClosed();
 });
@@ -124,7 +115,7 @@ test("an agent that closes the connection mid-answer is told apart as disconnect
   const channel = dialUnixHttp1(server.socketPath);
   t.after(() => channel.close());
   const received: bigint[] = [];
-  const error = await rejection(
+  const error = await connectRejection(
     (async () => {
       for await (const message of createClient(Agent, channel.transport).watchEvents({})) received.push(message.sequence);
     })(),
@@ -140,7 +131,7 @@ test("a server that never answers is bounded by the call's deadline, and the con
   });
   const channel = dialUnixHttp1(server.socketPath);
   t.after(() => channel.close());
-  const error = await rejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 200 }));
+  const error = await connectRejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 200 }));
   assert.equal(error.code, Code.DeadlineExceeded);
   assert.equal(classifyRpcError(error), "deadline");
   await server.allClosed();
@@ -151,13 +142,13 @@ test("close() fails the call in flight as canceled and closes its connection", a
   const requested = new Promise<void>((resolve) => (answering = resolve));
   const server = await serve(t, () => answering());
   const channel = dialUnixHttp1(server.socketPath);
-  const call = rejection(createClient(Agent, channel.transport).status({}));
+  const call = connectRejection(createClient(Agent, channel.transport).status({}));
   await requested;
   channel.close();
   const error = await call;
   assert.equal(error.code, Code.Canceled);
   await server.allClosed();
-  const after = await rejection(createClient(Agent, channel.transport).status({}));
+  const after = await connectRejection(createClient(Agent, channel.transport).status({}));
   assert.equal(after.code, Code.Canceled, "a closed channel makes no new connection");
   assert.equal(server.opened(), 1);
 });
@@ -165,7 +156,7 @@ test("close() fails the call in flight as canceled and closes its connection", a
 test("no socket at the path is reported as missing", async (t) => {
   const channel = dialUnixHttp1(path.join(tempDir(t, "ep-h1-"), "absent.sock"));
   t.after(() => channel.close());
-  const error = await rejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 5000 }));
+  const error = await connectRejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 5000 }));
   assert.equal(classifyRpcError(error), "missing");
   assert.equal(error.code, Code.Unavailable);
 });
@@ -177,7 +168,7 @@ test("response headers over the bound fail the call instead of being buffered", 
   });
   const channel = dialUnixHttp1(server.socketPath);
   t.after(() => channel.close());
-  const error = await rejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 5000 }));
+  const error = await connectRejection(createClient(Agent, channel.transport).status({}, { timeoutMs: 5000 }));
   assert.equal(classifyRpcError(error), "oversize");
   assert.equal(error.code, Code.ResourceExhausted);
   await server.allClosed();
