@@ -26,7 +26,9 @@ export interface RunningAgent {
 export async function startAgent(dir: string, reconcile: string, binary?: string): Promise<RunningAgent> {
   fs.mkdirSync(dir);
   const policy = writePolicy(dir, { reconcile, security: SECURITY });
-  const agent = startEdgeplug(["run", "--config", policy.path], { binary });
+  // BENCH_REGISTRATION_NODE_OPTIONS: Node/V8 flags for the agent (the executable's debug switch), to compare runtime settings.
+  const nodeOptions = process.env.BENCH_REGISTRATION_NODE_OPTIONS;
+  const agent = startEdgeplug([...(nodeOptions ? [`--node-options=${nodeOptions}`] : []), "run", "--config", policy.path], { binary });
   let stopping: Promise<number | null> | null = null;
   const running: RunningAgent = {
     process: agent,
