@@ -17,9 +17,10 @@ export const SEA_EXEC_ARGV: readonly string[] = ["--disable-sigusr1"];
  * (`npm run bench -- registration`, README "Memory"):
  * - `--max-semi-space-size=2`: a young generation of 2 MiB semi-spaces
  *   instead of up to 16 MiB (1 MiB saved no more).
- * The daemon adds `--optimize-for-size` once it has started
- * (src/platform/daemon-v8-flags.ts): from the start, it made V8 reject Node's
- * code cache of its built-in modules, which every command then compiled.
+ * The daemon adds `--heap-growing-percent=10` once it has started
+ * (src/platform/daemon-v8-flags.ts): a flag given from the start makes V8
+ * reject Node's code cache of its built-in modules, which every command then
+ * compiled (measured with `--optimize-for-size`, the daemon's flag before).
  * Turning the optimising compilers off too (`--no-opt --no-maglev`) would save
  * another 14 MB, but a burst of 100 registrations then takes about 1.6 times
  * as long as without any flag (1.24 with these), past the 250 ms target.
