@@ -38,17 +38,18 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const { expectations } = settings;
   let deviceSide: ReconcileDevices;
   let manager: PluginManager | undefined;
-  let storage: CsiDraDrivers | undefined;
+  // Each side's endpoint rule asks the other, which is built after it.
+  let csiDra: CsiDraDrivers | undefined;
   try {
-    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (realPath) => storage && csiDraEndpointHolder(storage, realPath));
+    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (realPath) => csiDra && csiDraEndpointHolder(csiDra, realPath));
   } catch (error) {
     return cannotStart(error, io, settings.output);
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
   const rules = endpointRules(policy);
-  storage = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (realPath) => devices.endpointHolder(realPath) });
-  const handlers = handlerFactories(devices, storage);
+  csiDra = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (realPath) => devices.endpointHolder(realPath) });
+  const handlers = handlerFactories(devices, csiDra);
   manager = new PluginManager({ policy, log: io.log, handlers, observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
   try {
     await manager.start();
