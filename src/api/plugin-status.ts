@@ -5,10 +5,10 @@
  * changes and attempt outcomes, and built by the composition root. It decides
  * nothing: it logs each change of state once and tells subscribers.
  */
-import type { Logger } from "../log/logger.ts";
+import { guarded, type Logger } from "../log/logger.ts";
 import type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "../pluginmanager/manager.ts";
 import { type DesiredChange, sortedBySocket } from "../pluginmanager/state-of-world.ts";
-import { type Failure, type FailureReason, guarded } from "../pluginmanager/types.ts";
+import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 
 /** SPEC.md section 5: `pending` until the first attempt ends. */
 export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;

@@ -8,6 +8,7 @@
  * log.info("plugin registered", { socket: "/run/p.sock", type: "DevicePlugin" });
  * ```
  */
+import { messageOf } from "../platform/error-message.ts";
 import { hasUnsafeCharacters, printable } from "./printable.ts";
 
 export const LOG_LEVELS = ["debug", "info", "warn", "error"] as const;
@@ -102,4 +103,13 @@ function plain(fields: LogFields): LogFields {
     out[key] = value instanceof Error ? value.message : value;
   }
   return out;
+}
+
+/** Runs `call`, logging what it throws: observers and listeners must not break the code that tells them. */
+export function guarded(log: Logger, message: string, call: () => void, fields: LogFields = {}): void {
+  try {
+    call();
+  } catch (error) {
+    log.error(message, { ...fields, error: messageOf(error) });
+  }
 }

@@ -12,3 +12,18 @@ export const systemClock: Clock = {
     return () => clearTimeout(timer);
   },
 };
+
+/** Waits `ms` on `clock` unless `signal` aborts first; true when the time passed. */
+export function pause(clock: Clock, ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (elapsed: boolean) => {
+      cancel();
+      signal.removeEventListener("abort", onAbort);
+      resolve(elapsed);
+    };
+    const onAbort = () => done(false);
+    const cancel = clock.setTimer(() => done(true), ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,8 +1,7 @@
 /**
- * The watcher's paths whose last read failed (EMFILE, EACCES, EIO): each is
- * logged when it starts failing and when it reads again, and all are read
- * again with one doubling timer (200 ms to 10 s) until none is left. A
- * failed read proves nothing, so the watcher keeps what is under them.
+ * The watcher's paths whose last read failed (EMFILE, EACCES, EIO), logged
+ * when they start failing and read again with one doubling timer (200 ms
+ * to 10 s) until none is left; the watcher keeps what is under them.
  */
 import type { Logger } from "../log/logger.ts";
 import { messageOf } from "../platform/error-message.ts";

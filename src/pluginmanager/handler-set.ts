@@ -1,9 +1,7 @@
 /**
- * The handlers the policy declares, by plugin type, built from the
- * composition root's factories, and the one place that picks a plugin's
- * handler: by type, the watch directory's `types`, then the policy's name
- * and version rules (src/policy/admission.ts). A declared type this build
- * has no handler for stays in the set as unavailable, so that its plugins
+ * The policy's handlers by plugin type, built from the composition root's
+ * factories, and the one place that picks a plugin's handler. A declared
+ * type this build cannot handle stays as unavailable, so that its plugins
  * are told why they are refused.
  */
 import { isDeepStrictEqual } from "node:util";

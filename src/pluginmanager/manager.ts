@@ -3,15 +3,15 @@
  * fills the desired state, the reconciler starts register and unregister
  * operations through the executor, and the observers hear what happened.
  */
-import type { Logger } from "../log/logger.ts";
+import { guarded, type Logger } from "../log/logger.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { Policy } from "../policy/types.ts";
+import { OperationExecutor } from "../util/operation-executor.ts";
 import { HandlerSet } from "./handler-set.ts";
-import { OperationExecutor } from "./operation-executor.ts";
 import { type PluginManagerObserver, Reconciler } from "./reconciler.ts";
 import { REGISTRATION_ATTEMPTS_AT_ONCE, type RegistrationContext } from "./registration.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, type RegisteredPlugin } from "./state-of-world.ts";
-import { guarded, type HandlerFactories } from "./types.ts";
+import type { HandlerFactories } from "./types.ts";
 import { WATCH_LIMITS, type WatchLimitsReached } from "./watch-limits.ts";
 import { PluginWatcher } from "./watcher.ts";
 
@@ -77,11 +77,10 @@ export class PluginManager {
   }
 
   /**
-   * Applies a validated policy at once (SPEC.md section 2, SIGHUP). A plugin
-   * it refuses is deregistered and goes back to `pending`; an attempt in
-   * flight ends under its old policy and is judged by the new one; every
-   * socket not registered is retried now. A lowered `maxPlugins` deregisters
-   * nothing, as the kubelet keeps what it has.
+   * Applies a validated policy at once (SIGHUP): a plugin it refuses goes
+   * back to `pending`, an attempt in flight is judged by it when it ends,
+   * every socket not registered is retried now; a lowered `maxPlugins`
+   * deregisters nothing, as the kubelet keeps what it has.
    */
   applyPolicy(policy: Policy): void {
     if (this.#phase === "stopped") return;

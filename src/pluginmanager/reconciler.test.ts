@@ -10,7 +10,7 @@ import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { HandlerSet } from "./handler-set.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
-import { OperationExecutor } from "./operation-executor.ts";
+import { OperationExecutor } from "../util/operation-executor.ts";
 import { PluginStatusCache } from "../api/plugin-status.ts";
 import { Reconciler } from "./reconciler.ts";
 import { ActualStateOfWorld, DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";

@@ -1,14 +1,13 @@
 /**
- * The reconciler: compares the desired state of world with the actual one
- * and starts register and unregister operations through the executor.
- * Unlike the kubelet's 1 s loop it reacts to each desired-state change at
- * once, for that socket; a periodic resync catches what an event missed.
- * A registered plugin found dead (its handler lost the connection, or the
- * liveness dial was refused) leaves the actual state as `stale` and is
- * registered again after a backoff window.
+ * The reconciler compares the desired state of world with the actual one
+ * and starts register and unregister operations through the executor; it
+ * reacts to each desired-state change at once, for that socket, where the
+ * kubelet loops every second, and a periodic resync catches what an event
+ * missed. A registered plugin found dead (its connection lost, the liveness
+ * dial refused) turns `stale` and is registered again after a backoff window.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
-import type { OperationExecutor, OperationOutcome } from "./operation-executor.ts";
+import type { OperationExecutor, OperationResult } from "../util/operation-executor.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
 import type { RegistrationContext } from "./registration.ts";
 import { registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
@@ -36,11 +35,7 @@ export interface AttemptDetail {
   endedAt: number;
 }
 
-/**
- * What the plugin manager reports, for health, metrics and the status cache
- * (src/api/plugin-status.ts); it reads nothing back. Every method is
- * optional; a throw is logged and changes nothing.
- */
+/** What the plugin manager reports (health, metrics, src/api/plugin-status.ts); it reads nothing back, and a throw is logged. */
 export interface PluginManagerObserver {
   /** Every reconcile pass: each desired-state event and each periodic resync. */
   heartbeat?(source: "reconciler"): void;
@@ -170,7 +165,7 @@ export class Reconciler {
     this.#deregister(plugin, "stale", staleSocket(plugin.socket));
   }
 
-  async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationOutcome> {
+  async #register(desired: DesiredSocket, signal: AbortSignal): Promise<OperationResult> {
     const { context, observer } = this.#options;
     const policy = context.policy;
     const startedAt = this.#clock.now();
@@ -185,11 +180,12 @@ export class Reconciler {
       // Wall-clock times (status shows them); a step back between the two must not record a negative duration.
       observer.attemptEnded?.({ ...attempt, durationMs: Math.max(0, endedAt - startedAt) }, { inode: desired.inode, info, endedAt });
     }
-    if (context.policy === policy) return outcome;
+    const result = outcome.state === "registered" ? "succeeded" : outcome.state === "aborted" ? "aborted" : "failed";
+    if (context.policy === policy) return result;
     // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.
     const plugin = context.asw.get(desired.socket);
     if (plugin?.inode === desired.inode) this.#deregisterIfRefused(plugin);
-    return outcome.state === "registered" ? outcome : { state: "aborted" };
+    return result === "succeeded" ? result : "aborted";
   }
 
   #deregisterIfRefused(plugin: RegisteredPlugin): void {

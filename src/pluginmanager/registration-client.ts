@@ -5,12 +5,10 @@ import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 
 /**
- * Bounds on what a plugin says of itself (SPEC.md section 6, "Limits"),
- * which the kubelet does not bound; only what no handler could accept:
- * name and type 317 bytes (the longest qualified name: a 253-byte DNS
- * prefix, "/", 63); endpoint 107 (sun_path's 108 with its NUL); 64 versions
- * of 128 bytes (plugins send one to three of at most ~45); the answer 64 KiB,
- * so that a 15 MiB name is never read.
+ * What no handler could accept of what a plugin says of itself (the kubelet
+ * bounds nothing): name and type 317 bytes (a 253-byte DNS prefix, "/", 63),
+ * endpoint 107 (sun_path with its NUL), 64 versions of 128 bytes (plugins
+ * send up to three of ~45), the answer 64 KiB (a 15 MiB name is never read).
  */
 export const PLUGIN_INFO_LIMITS = { nameBytes: 317, typeBytes: 317, endpointBytes: 107, versions: 64, versionBytes: 128, answerBytes: 64 * 1024 } as const;
 

@@ -1,13 +1,13 @@
 /**
- * The register and unregister operations (kubelet-facts.md §3.7-3.8), with
- * SPEC.md's differences: the socket's owner is checked before dialling, a
- * refused connection is `stale` at once, the registration connection closes
- * with the attempt, and a plugin whose connection dropped before
+ * The register and unregister operations (the kubelet's operation
+ * generator), except that the socket's owner is checked before dialling, a
+ * refused connection is `stale` at once, the connection closes with the
+ * attempt, and a plugin whose connection dropped before
  * NotifyRegistrationStatus is dialled again to be told.
  */
 import * as fs from "node:fs";
 import type { Logger } from "../log/logger.ts";
-import { type Clock, systemClock } from "../platform/clock.ts";
+import { type Clock, pause, systemClock } from "../platform/clock.ts";
 import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
@@ -40,18 +40,10 @@ export interface RegistrationContext {
   clock?: Clock;
 }
 
-/**
- * The watcher sees a socket at bind(), before listen(): a refusal this soon
- * after discovery is a plugin still starting, dialled again 1, 2, 4... ms apart.
- */
+/** The watcher sees a socket at bind(), before listen(): a refusal this soon after discovery is a plugin starting. */
 const LISTEN_GRACE_MS = 100;
 
-/**
- * Registration attempts running at once (the executor's `maxRunning`). Each
- * holds two descriptors for up to its dial timeout; 128 keeps hundreds of
- * sockets that never answer from taking the descriptors of a 1,024 limit,
- * and is above the 100 sockets at once the registration bench measures.
- */
+/** Attempts at once, above the bench's 100: each holds two descriptors for up to its dial timeout, of a limit often 1,024. */
 export const REGISTRATION_ATTEMPTS_AT_ONCE = 128;
 
 /** One attempt, from the owner check to NotifyRegistrationStatus(true). Never throws. */
@@ -196,15 +188,7 @@ async function getInfoOnceListening(
       // Bounded by the delays too: a wall clock stepped back must not stretch the grace.
       const remainingMs = Math.min(graceEnds - clock.now(), LISTEN_GRACE_MS);
       if (remainingMs <= 0 || delayMs > LISTEN_GRACE_MS || signal.aborted || classifyRpcError(error) !== "stale") throw error;
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          cancel();
-          signal.removeEventListener("abort", done);
-          resolve();
-        };
-        const cancel = clock.setTimer(done, Math.min(delayMs, remainingMs));
-        signal.addEventListener("abort", done, { once: true });
-      });
+      await pause(clock, Math.min(delayMs, remainingMs), signal);
     }
   }
 }

@@ -1,7 +1,5 @@
 /** The plugin manager's vocabulary: attempts, failure reasons and the handler contract. */
-import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
-import { messageOf } from "../platform/error-message.ts";
 import type { PluginInfoSummary } from "./registration-client.ts";
 
 /** How one registration attempt ended; `aborted`: the socket went away or the manager is stopping. */
@@ -30,9 +28,8 @@ export interface PluginRegistration extends PluginInfoSummary {
 }
 
 /**
- * The kubelet's PluginHandler. Several sockets may carry one name, so
- * handlers key by socket or endpoint. Policy names, versions and input
- * bounds are checked before `validatePlugin`.
+ * The kubelet's PluginHandler, asked once policy rules and input bounds
+ * passed; several sockets may carry one name, so it keys by socket or endpoint.
  */
 export interface PluginHandler {
   /** It reports connection loss itself (device plugins, DRA), so the liveness dial skips its plugins. */
@@ -46,28 +43,11 @@ export interface PluginHandler {
 }
 
 export interface HandlerContext {
-  /**
-   * A registered plugin's connection dropped: it turns `stale` with an
-   * event, is deregistered and registered again with backoff. Unknown
-   * plugins are ignored; never throws.
-   */
+  /** A registered plugin's connection dropped: it turns `stale` and is registered again with backoff; never throws. */
   connectionLost(plugin: PluginRegistration, reason: string): void;
 }
 
-/**
- * Builds the handler of one declared type, keyed by built-in type name or
- * `generic`. Rebuilt when a reload changes its policy, so lasting state
- * lives outside it; must start nothing (`probe` builds handlers too).
- */
+/** Builds one declared type's handler, again when a reload changes its policy; starts nothing (`probe` builds them too). */
 export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
 /** This build's handler factories, handed in by the composition root (src/agent.ts). */
 export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;
-
-/** Observers and listeners must not break registration: a throw is logged. */
-export function guarded(log: Logger, message: string, call: () => void, fields: Record<string, unknown> = {}): void {
-  try {
-    call();
-  } catch (error) {
-    log.error(message, { ...fields, error: messageOf(error) });
-  }
-}

@@ -8,11 +8,7 @@
  */
 import type { Logger } from "../log/logger.ts";
 
-/**
- * `directories`: directories watched at once, roots included (a root is
- * watched even past it). `socketsPerPluginSlot`: sockets known per `security.maxPlugins`
- * slot, room for a rolling upgrade's second socket and for stale and refused ones.
- */
+/** Directories watched, roots included (a root is watched even past it); sockets per `maxPlugins` slot (upgrades, stale, refused). */
 export const WATCH_LIMITS = { directories: 1024, socketsPerPluginSlot: 4 } as const;
 
 /** What one walk left out. */
@@ -20,6 +16,9 @@ export interface Skipped {
   dirs: number;
   sockets: number;
 }
+
+/** Directories watched and sockets in the desired state. */
+type Known = { directories: number; sockets: number };
 
 /** Where the watcher stands against its limits while it leaves something out (status's `watchLimits`). */
 export interface WatchLimitsReached {
@@ -50,17 +49,10 @@ export class WatchLimits {
   }
 
   /** After any walk; only the first that leaves something out sets the counts, which a resync then replaces. */
-  walked(skipped: Skipped, known: { directories: number; sockets: number }): void {
+  walked(skipped: Skipped, known: Known): void {
     if (skipped.dirs + skipped.sockets === 0 || this.#leftOut !== null) return;
     this.#leftOut = { ...skipped };
-    this.#log.warn("watch limits reached; what is past them is not watched until a resync finds room", {
-      watchedDirectories: known.directories,
-      directoryLimit: this.directories,
-      skippedDirectories: skipped.dirs,
-      knownSockets: known.sockets,
-      socketLimit: this.sockets,
-      skippedSockets: skipped.sockets,
-    });
+    this.#log.warn("watch limits reached; what is past them is not watched until a resync finds room", { ...this.reached(known) });
   }
 
   /** After a full resync, with what all its walks left out (each walk warned already). */
@@ -75,7 +67,7 @@ export class WatchLimits {
   }
 
   /** null while nothing is left out. */
-  reached(known: { directories: number; sockets: number }): WatchLimitsReached | null {
+  reached(known: Known): WatchLimitsReached | null {
     if (this.#leftOut === null) return null;
     return {
       watchedDirectories: known.directories,

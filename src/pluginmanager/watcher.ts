@@ -1,16 +1,14 @@
 /**
  * The plugin watcher (the kubelet's pluginwatcher) fills the desired state
- * of world. One non-recursive `fs.watch` per directory, as the kubelet's
- * inotify: Node's recursive mode is JavaScript on Linux and has crashed on
- * `rm -r` (reference/runtime-notes.md). Synchronous calls handle each event
- * to the end, in the filesystem's order. Unlike the kubelet's: a failed read
- * (EMFILE, EACCES, EIO) proves nothing, so what is under it is kept, logged
- * once and read again with a doubling delay (only a listing without it or
- * ENOENT drops a socket); each root's parent is watched for the root's
- * name, so a root removed and re-created is watched again at once; and what
- * it holds is bounded (WATCH_LIMITS), where the kubelet watches and keeps
- * whatever a recursive root holds. An event costs what it touched, not what
- * is known: only a directory walked before makes a sync look for entries gone.
+ * of world: one non-recursive `fs.watch` per directory, as the kubelet's
+ * inotify (Node's recursive mode is JavaScript on Linux and has crashed on
+ * `rm -r`), each event handled to the end by synchronous calls, in the
+ * filesystem's order. Beyond the kubelet's: a failed read keeps what is
+ * under it (failing-paths.ts: only ENOENT or a listing without it drops a
+ * socket), each root's parent is watched so that a root re-created is
+ * watched again at once, and what it holds is bounded (watch-limits.ts).
+ * An event costs what it touched, not what is known: only a directory
+ * walked before makes a sync look for entries gone.
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -44,11 +42,7 @@ export interface PluginWatcherOptions {
 
 /** `roots`: for a root's parent, the names of the roots in it. */
 type Watch = { watcher: fs.FSWatcher; inode: string; roots?: Set<string> };
-/**
- * What one walk learnt; whatever is at or under an `unknown` path is kept as
- * it was. `watched`: directories watched; `descended`: directories read (or
- * tried); `skipped`: directories and sockets left out by a limit.
- */
+/** What one walk learnt: sockets found, directories watched and read (or tried), left out; what is under `unknown` stays. */
 type Walk = { found: Map<string, string>; watched: Set<string>; descended: Set<string>; unknown: Set<string>; skipped: Skipped };
 
 export class PluginWatcher {
@@ -154,10 +148,7 @@ export class PluginWatcher {
     return this.#watchable(dir) || this.#dirs.some((root) => isUnder(root.path, dir));
   }
 
-  /**
-   * Brings the desired state and the watches at and under `target` in line
-   * with the disk; what is unreadable stays. Returns what it learnt.
-   */
+  /** Brings the desired state and the watches at and under `target` in line with the disk; what is unreadable stays. */
   #sync(target: string): Walk {
     // Nothing under a directory never walked into is known, so only `target` itself can be gone.
     const subtreeKnown = this.#descended.has(target);

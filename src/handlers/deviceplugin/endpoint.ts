@@ -12,6 +12,7 @@ import type { ContainerAllocateResponse, DevicePluginOptions } from "../../gen/d
 import { DevicePlugin, EmptySchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
+import { pause, systemClock } from "../../platform/clock.ts";
 import { peerMessageOf } from "../../platform/error-message.ts";
 import type { PinnedSocket } from "../../platform/pinned-socket.ts";
 import type { DeviceList } from "./device-list.ts";
@@ -155,7 +156,7 @@ export class DevicePluginEndpoint {
         } catch (error) {
           if (!this.#closed && error instanceof ConnectError && error.code === Code.ResourceExhausted) {
             listener.refused(this, `a ListAndWatch message is over ${MAX_LIST_MESSAGE_BYTES} bytes; ListAndWatch is opened again in ${reopenMs} ms`);
-            open = await this.#pause(reopenMs);
+            open = await pause(systemClock, reopenMs, this.#abort.signal);
             reopenMs = Math.min(reopenMs * 2, REOPEN_MAX_MS);
             continue;
           }
@@ -177,21 +178,7 @@ export class DevicePluginEndpoint {
    */
   async #pace(budget: ListBudget, startedAt: number, devices: number): Promise<boolean> {
     const pauseMs = budget.spend(Math.max(performance.now() - startedAt, devices * LIST_MS_PER_DEVICE));
-    return pauseMs <= 0 || (await this.#pause(pauseMs));
-  }
-
-  /** Waits `ms` unless the endpoint is closed first; true when it was not. */
-  #pause(ms: number): Promise<boolean> {
-    return new Promise((resolve) => {
-      const done = (open: boolean) => {
-        clearTimeout(timer);
-        this.#abort.signal.removeEventListener("abort", onAbort);
-        resolve(open);
-      };
-      const onAbort = () => done(false);
-      const timer = setTimeout(() => done(true), ms);
-      this.#abort.signal.addEventListener("abort", onAbort, { once: true });
-    });
+    return pauseMs <= 0 || (await pause(systemClock, pauseMs, this.#abort.signal));
   }
 
   async getPreferredAllocation(available: string[], mustInclude: string[], size: number, caller?: AbortSignal): Promise<string[]> {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Clock } from "../platform/clock.ts";
-import type { OperationOutcome } from "./operation-executor.ts";
+import type { OperationResult } from "./operation-executor.ts";
 import { OperationExecutor } from "./operation-executor.ts";
 import { manualClock } from "../../test/support/manual-clock.ts";
 
@@ -28,16 +28,15 @@ function readySignals() {
 }
 
 const backoff = { initialMs: 500, maxMs: 122_000 };
-const registered: OperationOutcome = { state: "registered" };
-const failed: OperationOutcome = { state: "failed" };
-const stale: OperationOutcome = { state: "stale" };
+const succeeded: OperationResult = "succeeded";
+const failed: OperationResult = "failed";
 
 test("operations on two different sockets run at the same time (A.5)", async () => {
   const executor = new OperationExecutor({ backoff });
   const started: string[] = [];
   const release = gate();
   for (const key of ["/r/a.sock", "/r/b.sock"]) {
-    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; return registered; }), "started");
+    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; return succeeded; }), "started");
   }
   await Promise.resolve();
   await Promise.resolve();
@@ -51,7 +50,7 @@ test("a second operation on the same socket is refused while the first runs, and
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const release = gate();
   let runs = 0;
-  const operation = async () => { runs++; await release.promise; return registered; };
+  const operation = async () => { runs++; await release.promise; return succeeded; };
   assert.equal(executor.run("/r/a.sock", operation), "started");
   assert.equal(executor.run("/r/a.sock", operation), "already-running");
   assert.equal(executor.isRunning("/r/a.sock"), true);
@@ -60,7 +59,7 @@ test("a second operation on the same socket is refused while the first runs, and
   await ended;
   assert.equal(runs, 1);
   assert.equal(executor.isRunning("/r/a.sock"), false);
-  assert.equal(executor.run("/r/a.sock", async () => { runs++; return registered; }), "started");
+  assert.equal(executor.run("/r/a.sock", async () => { runs++; return succeeded; }), "started");
   await executor.stop();
   assert.equal(runs, 2);
 });
@@ -71,7 +70,7 @@ test("failures back off per socket: 500 ms, doubling, capped at the maximum; suc
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
   const key = "/r/a.sock";
   /** Runs `operation` as soon as the executor accepts it; returns how long the clock had to move first. */
-  const runWhenAllowed = async (operation: () => Promise<OperationOutcome>) => {
+  const runWhenAllowed = async (operation: () => Promise<OperationResult>) => {
     let waited = 0;
     while (executor.run(key, operation) === "backoff") {
       clock.advance(100);
@@ -85,7 +84,7 @@ test("failures back off per socket: 500 ms, doubling, capped at the maximum; suc
   for (let attempt = 0; attempt < 11; attempt++) windows.push(await runWhenAllowed(failing));
   assert.deepEqual(windows, [0, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000, 122000, 122000]);
 
-  assert.equal(await runWhenAllowed(async () => registered), 122000);
+  assert.equal(await runWhenAllowed(async () => succeeded), 122000);
   assert.equal(executor.inBackoff(key), false, "success clears the window");
   assert.equal(await runWhenAllowed(failing), 0);
   assert.equal(await runWhenAllowed(failing), 500, "after a success the window starts again at 500 ms");
@@ -108,17 +107,17 @@ test("a closing backoff window wakes the owner through one timer, without pollin
   await executor.stop();
 });
 
-test("resetBackoff (a new socket at the path) lets the next operation start at once", async () => {
+test("resetBackoff lets the next operation start at once", async () => {
   const clock = manualClock();
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
   const ended = ready.next("/r/a.sock");
-  executor.run("/r/a.sock", async () => stale);
+  executor.run("/r/a.sock", async () => failed);
   await ended;
   assert.equal(executor.inBackoff("/r/a.sock"), true);
   executor.resetBackoff("/r/a.sock");
   assert.equal(clock.pendingTimers(), 0, "the retry timer is cleared");
-  assert.equal(executor.run("/r/a.sock", async () => registered), "started");
+  assert.equal(executor.run("/r/a.sock", async () => succeeded), "started");
   await executor.stop();
 });
 
@@ -131,7 +130,7 @@ test("a failing or hanging socket never delays another one", async () => {
   executor.run("/r/hang.sock", (signal) => new Promise((_, reject) => signal.addEventListener("abort", () => reject(signal.reason))));
   await badEnded;
   const good = ready.next("/r/good.sock");
-  assert.equal(executor.run("/r/good.sock", async () => registered), "started");
+  assert.equal(executor.run("/r/good.sock", async () => succeeded), "started");
   await good;
   assert.equal(executor.inBackoff("/r/good.sock"), false);
   assert.equal(executor.isRunning("/r/hang.sock"), true);
@@ -149,7 +148,7 @@ test("abort fires the operation's signal and an aborted operation opens no backo
   );
   executor.abort("/r/a.sock");
   await ended;
-  assert.match(String(reason), /socket removed/);
+  assert.match(String(reason), /operation aborted/);
   assert.equal(executor.inBackoff("/r/a.sock"), false);
   assert.equal(clock.pendingTimers(), 0);
   await executor.stop();
@@ -164,7 +163,7 @@ test("an aborted outcome leaves the backoff window as it was", async () => {
   await ended;
   clock.advance(500);
   ended = ready.next("/r/a.sock");
-  assert.equal(executor.run("/r/a.sock", async () => ({ state: "aborted" })), "started");
+  assert.equal(executor.run("/r/a.sock", async () => "aborted" as const), "started");
   await ended;
   assert.equal(executor.inBackoff("/r/a.sock"), false, "no new window");
   ended = ready.next("/r/a.sock");
@@ -202,7 +201,7 @@ test("stop aborts running operations, clears retry timers, refuses new ones and 
   await executor.stop();
   assert.equal(aborted, true);
   assert.equal(clock.pendingTimers(), 0);
-  assert.equal(executor.run("/r/new.sock", async () => registered), "stopped");
+  assert.equal(executor.run("/r/new.sock", async () => succeeded), "stopped");
   await executor.stop();
 });
 
@@ -210,7 +209,7 @@ test("stop gives an operation that ignores its signal a bounded time", async () 
   const clock = manualClock();
   const executor = new OperationExecutor({ backoff, clock });
   const never = gate();
-  executor.run("/r/stubborn.sock", () => never.promise.then(() => registered));
+  executor.run("/r/stubborn.sock", () => never.promise.then(() => succeeded));
   let stopped = false;
   const stopping = executor.stop(50).then(() => (stopped = true));
   clock.advance(49);
@@ -240,7 +239,7 @@ test("the retry timer closes the window even when it fires before the clock reac
   now = 499;
   fire();
   assert.deepEqual(woken, ["/r/a.sock", "/r/a.sock"]);
-  assert.equal(executor.run("/r/a.sock", async () => registered), "started", "woken up and allowed to run");
+  assert.equal(executor.run("/r/a.sock", async () => succeeded), "started", "woken up and allowed to run");
   await executor.stop();
 });
 
@@ -253,7 +252,7 @@ test("at most maxRunning operations run; the rest wait in line, first attempts a
     started.push(key);
     await gates.get(key)?.promise;
     done.add(key);
-    return registered;
+    return succeeded;
   };
   const woken: string[] = [];
   // The owner runs a woken key again until it registered, as the reconciler does.

@@ -1,28 +1,27 @@
 /**
- * The operation executor (the kubelet's goroutinemap with exponential
- * backoff): one operation per key (socket path) at a time, keys in
- * parallel, and after a failure a per-key window in which the key's
- * operations are refused. A timer per key in backoff tells the owner when
- * the window ends; nothing polls. Unlike goroutinemap, at most `maxRunning`
- * operations run at once: each attempt holds descriptors (the pinned socket,
- * the connection) for up to its dial timeout, and hundreds of sockets that
- * never answer must not take the descriptors the API and plugins need. Keys
- * turned away wait in line, first attempts ahead of retries, so that a
- * new plugin does not queue behind sockets that keep failing.
+ * One operation per key at a time, keys in parallel, and after a failure a
+ * per-key exponential backoff window in which the key's operations are
+ * refused: the kubelet's goroutinemap with exponentialbackoff, which it
+ * keeps in pkg/util, outside the plugin manager; so does edgeplug. A timer
+ * per key in backoff tells the owner when the window ends; nothing polls.
+ * Unlike goroutinemap, at most `maxRunning` operations run at once: each
+ * registration attempt holds descriptors for up to its dial timeout, and
+ * hundreds of sockets that never answer must not take those the API and
+ * plugins need. Keys turned away wait in line, first attempts ahead of
+ * retries, so that a new plugin does not queue behind failing sockets.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
-import type { Policy } from "../policy/types.ts";
-import type { AttemptState } from "./types.ts";
 
-type Backoff = Policy["reconcile"]["backoff"];
-
-/** `failed` and `stale` open (or double) the key's window, `aborted` leaves it, `registered` clears it. */
-export interface OperationOutcome {
-  readonly state: AttemptState;
+export interface Backoff {
+  initialMs: number;
+  maxMs: number;
 }
 
+/** `failed` opens (or doubles) the key's window, `aborted` leaves it, `succeeded` clears it. */
+export type OperationResult = "succeeded" | "failed" | "aborted";
+
 /** Its signal fires on abort and stop. */
-export type Operation = (signal: AbortSignal) => Promise<OperationOutcome>;
+export type Operation = (signal: AbortSignal) => Promise<OperationResult>;
 
 export interface OperationExecutorOptions {
   backoff: Backoff;
@@ -76,20 +75,20 @@ export class OperationExecutor {
     this.#waitingFirst.delete(key);
     this.#waitingRetry.delete(key);
     const controller = new AbortController();
-    const ended = (outcome: AttemptState) => {
-      if (outcome === "registered") this.resetBackoff(key);
-      else if (outcome !== "aborted" && !controller.signal.aborted && !this.#stopped) this.#openWindow(key, state);
+    const ended = (result: OperationResult) => {
+      if (result === "succeeded") this.resetBackoff(key);
+      else if (result !== "aborted" && !controller.signal.aborted && !this.#stopped) this.#openWindow(key, state);
     };
-    let outcome: Promise<OperationOutcome>;
+    let result: Promise<OperationResult>;
     try {
       // Called now, so that it sees an abort that follows at once; no extra
       // ticks, so that the key is free as soon as the observers hear it ended.
-      outcome = Promise.resolve(operation(controller.signal));
+      result = Promise.resolve(operation(controller.signal));
     } catch (error) {
-      outcome = Promise.reject(error);
+      result = Promise.reject(error);
     }
-    const done = outcome
-      .then((outcome) => ended(outcome.state), () => ended("failed"))
+    const done = result
+      .then(ended, () => ended("failed"))
       .finally(() => {
         state.running = undefined;
         this.#running--;
@@ -108,7 +107,7 @@ export class OperationExecutor {
     return this.#waitingFirst.size + this.#waitingRetry.size;
   }
 
-  /** Counts a failure without running anything (a registered plugin's connection dropped). */
+  /** Counts a failure without running anything (the plugin manager's: a registered plugin's connection dropped). */
   backOff(key: string): void {
     if (!this.#stopped) this.#openWindow(key, this.#state(key));
   }
@@ -126,7 +125,7 @@ export class OperationExecutor {
     return this.#keys.get(key)?.cancelTimer !== undefined;
   }
 
-  /** Forgets `key`'s failures (a new socket at the path, a reload): its next run starts at once. */
+  /** Forgets `key`'s failures: its next run starts at once. */
   resetBackoff(key: string): void {
     const state = this.#keys.get(key);
     if (!state) return;
@@ -137,7 +136,7 @@ export class OperationExecutor {
   }
 
   abort(key: string): void {
-    this.#keys.get(key)?.running?.controller.abort(new Error("socket removed"));
+    this.#keys.get(key)?.running?.controller.abort(new Error("operation aborted"));
   }
 
   /** Refuses new operations, clears timers, aborts and awaits running ones at most `graceMs` (SPEC.md: exit in 2 s). */
@@ -149,7 +148,7 @@ export class OperationExecutor {
     for (const state of this.#keys.values()) {
       state.cancelTimer?.();
       state.cancelTimer = undefined;
-      state.running?.controller.abort(new Error("plugin manager stopping"));
+      state.running?.controller.abort(new Error("stopping"));
       if (state.running) running.push(state.running.done);
     }
     if (running.length === 0) return;
