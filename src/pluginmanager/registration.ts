@@ -43,7 +43,7 @@ export interface RegistrationContext {
 /** The watcher sees a socket at bind(), before listen(): a refusal this soon after discovery is a plugin starting. */
 const LISTEN_GRACE_MS = 100;
 
-/** Attempts at once, above the bench's 100: each holds two descriptors for up to its dial timeout, of a limit often 1,024. */
+/** Attempts at once: each holds two descriptors up to its dial timeout (limits are often 1,024); the bench starts 100 at once. */
 export const REGISTRATION_ATTEMPTS_AT_ONCE = 128;
 
 /** One attempt, from the owner check to NotifyRegistrationStatus(true). Never throws. */
