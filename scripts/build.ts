@@ -2,7 +2,7 @@
  * Builds an edgeplug executable, a Node single-executable application (SEA),
  * for one target (`--target linux-x64|linux-arm64`, default: this machine):
  *   1. esbuild bundles src/sea-main.ts into one CommonJS file (an ESM bundle
- *      breaks on @grpc/grpc-js-style dynamic requires; see runtime-notes.md),
+ *      breaks on @grpc/grpc-js-style dynamic requires),
  *      with the commit, target and runtime defined in, stored wrapped in a
  *      function (src/platform/sea-bundle.ts), and src/sea-loader.ts, the
  *      executable's main script, which runs it;

@@ -43,7 +43,7 @@ export interface AgentOptions {
   clock?: Clock;
 }
 
-/** Readiness gates (SPEC.md section 4, /readyz). */
+/** Readiness gates (docs/api.md, /readyz). */
 const GATE_INITIAL_WALK = "initial-walk";
 const GATE_API_SERVING = "api-serving";
 const GATE_CHECKPOINT = "checkpoint-restored";

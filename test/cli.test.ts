@@ -1,7 +1,7 @@
 /**
  * The command line as a user meets it: `node src/main.ts ...` run as a child
  * process (and once under Deno), checking exit codes, stdout and stderr
- * against SPEC.md section 1.
+ * against docs/commands.md.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -19,7 +19,7 @@ const repoRoot = fileURLToPath(new URL("../", import.meta.url));
 const mainScript = path.join(repoRoot, "src", "main.ts");
 const devPolicy = path.join(repoRoot, "config", "dev.yaml");
 
-/** Every command SPEC.md section 1 names, plus `help`. */
+/** Every command docs/commands.md names, plus `help`. */
 const SPEC_COMMANDS = ["run", "validate", "probe", "status", "allocate", "release", "checkpoint", "version"];
 
 interface Outcome {

@@ -1,5 +1,5 @@
 /**
- * Device plugins are untrusted (SPEC.md section 3, "Bad input"): the
+ * Device plugins are untrusted (docs/devices.md): the
  * endpoints a plugin may name on each registration path (endpoint-rules.ts,
  * deviceplugin/endpoint-check.ts), and a ListAndWatch message over the size
  * cap, which is refused without losing the plugin's last good list.

@@ -1,5 +1,5 @@
 /**
- * The device checkpoint through the agent (SPEC.md section 3, "Checkpoint"):
+ * The device checkpoint through the agent (docs/devices.md, "Checkpoint and restarts"):
  * allocations survive a restart, restored resources are disconnected with
  * no devices until their plugin returns and go after the grace period if it
  * never does, a corrupt file is moved aside and reported in the log, status

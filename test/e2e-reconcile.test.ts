@@ -1,6 +1,6 @@
 /**
- * `run --reconcile-once` as a provisioning script relies on it (SPEC.md
- * section 6): its own exit code when it cannot start, with JSON still on
+ * `run --reconcile-once` as a provisioning script relies on it (docs/commands.md,
+ * `--reconcile-once`): its own exit code when it cannot start, with JSON still on
  * stdout; a verdict that follows --expect/--require when given (--strict
  * makes every socket count); failed sockets always listed with their
  * reasons; permanent refusals that do not wait out --timeout.

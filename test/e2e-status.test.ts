@@ -1,5 +1,5 @@
 /**
- * `status` as a health check and a monitor relies on it (SPEC.md section 6),
+ * `status` as a health check and a monitor relies on it (docs/commands.md),
  * on the built executable: exit 1 when the agent reports not ok (--exit-zero
  * keeps 0), `--watch` exits 1 saying so when the agent goes away, and the
  * JSON of `status --output json` is the API's JSON (curl) with nulls added.

@@ -1,5 +1,5 @@
 /**
- * What a plugin says of itself is bounded (SPEC.md section 6, "Limits";
+ * What a plugin says of itself is bounded (docs/api.md, "What plugins send";
  * PLUGIN_INFO_LIMITS): a name, type, endpoint or versions out of bounds is
  * refused as `invalid_info`, the plugin is told why, nothing of it is kept,
  * and the agent goes on serving. A GetInfo answer over 64 KiB is not read.

@@ -1,7 +1,7 @@
 /**
  * The plugin manager's policy checks, end to end on real sockets: socket
  * owner, a directory's `types`, allow/deny, maxPlugins, undeclared and
- * unavailable handler types (SPEC.md sections 2, 3 and 5).
+ * unavailable handler types (docs/policy.md, docs/status-json.md).
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";

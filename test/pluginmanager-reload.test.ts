@@ -1,5 +1,5 @@
 /**
- * Live policy reload (SPEC.md section 2, SIGHUP): PluginManager.applyPolicy
+ * Live policy reload (docs/policy.md, "Reload"): PluginManager.applyPolicy
  * on real @grpc/grpc-js plugins on real unix sockets. Each test waits for
  * change events; backoffs of an hour make sure a result came from the reload
  * and not from a retry timer.

@@ -1,7 +1,7 @@
 /**
  * The plugin manager end to end: real @grpc/grpc-js plugins on real unix
- * sockets in a watched temp directory (upstream-tests-and-issues.md A.8, and
- * the kubelet's known problems from section E).
+ * sockets in a watched temp directory (the kubelet's own plugin manager
+ * tests, and its known problems).
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";

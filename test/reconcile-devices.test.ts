@@ -1,5 +1,5 @@
 /**
- * `run --reconcile-once` with device plugins (SPEC.md section 1): it
+ * `run --reconcile-once` with device plugins (docs/commands.md): it
  * restores the checkpoint, collects the first device list of every device
  * plugin (watched directory and registration socket), reports resources
  * and allocations as status does, writes the checkpoint, and is ok only

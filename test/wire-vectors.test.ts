@@ -109,8 +109,8 @@ test("every top-level message of the kubelet protocols has a wire vector", () =>
 });
 
 /**
- * The gRPC paths and streaming kinds of the kubelet protocols (proto-facts.md,
- * kubelet-facts.md): a renamed package, service or method changes the path on
+ * The gRPC paths and streaming kinds of the kubelet protocols (proto/, as the
+ * kubelet serves them): a renamed package, service or method changes the path on
  * the wire even when every message still decodes.
  */
 const KUBELET_METHODS: Record<string, "unary" | "server_streaming"> = {

@@ -1,5 +1,5 @@
 /**
- * The agent's API socket (SPEC.md section 4): one unix socket that answers
+ * The agent's API socket (docs/api.md): one unix socket that answers
  * gRPC (h2c) for programs and the Connect protocol with JSON over HTTP/1.1
  * for `curl --unix-socket`, both from the same Connect routes.
  *
@@ -51,7 +51,7 @@ export interface ApiSocketOptions {
   closeGraceMs?: number;
   /** A connection that sends nothing for this long is dropped (default 10 s). */
   firstBytesTimeoutMs?: number;
-  /** Answers GET /healthz and /readyz on the socket too (SPEC.md section 6). */
+  /** Answers GET /healthz and /readyz on the socket too (docs/api.md). */
   health?: Health;
   /** Connection, timeout and body limits (default API_SOCKET_LIMITS). */
   limits?: ListenerLimits;
@@ -117,7 +117,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
         routes,
         ...API_PROTOCOLS,
         shutdownSignal: shutdown.signal,
-        // SPEC.md section 5: Status answers the canonical proto3 JSON with default values included.
+        // docs/status-json.md: Status answers the canonical proto3 JSON with default values included.
         jsonOptions: { alwaysEmitImplicit: true },
         readMaxBytes: limits.maxRequestBodyBytes,
         contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)),

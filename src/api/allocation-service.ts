@@ -11,7 +11,7 @@ import { AllocateResponseSchema, ReleaseResponseSchema, ResourceAllocationSchema
 import { AllocationError, AllocationQueueFullError } from "../handlers/deviceplugin/allocation.ts";
 import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
 
-/** `--container`'s default (SPEC.md section 5). */
+/** `--container`'s default (docs/commands.md). */
 export const DEFAULT_CONTAINER = "main";
 
 export async function allocateDevices(devices: DeviceManager, request: AllocateRequest, signal?: AbortSignal): Promise<AllocateResponse> {

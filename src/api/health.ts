@@ -1,5 +1,5 @@
 /**
- * Liveness and readiness for `/healthz` and `/readyz` (SPEC.md section 4).
+ * Liveness and readiness for `/healthz` and `/readyz` (docs/api.md, "Health and readiness").
  *
  * Liveness: each long-running loop (the reconciler, the watcher) calls
  * `heartbeat(source)` on every pass; the agent is unhealthy when a source has

@@ -1,6 +1,6 @@
 /**
  * The bounds every listener of the agent holds its clients to (issue 7,
- * SPEC.md section 6 "Limits"), and the token buckets of the API's rate
+ * docs/api.md "Limits"), and the token buckets of the API's rate
  * limit. The values are documented in docs/api.md; change both together.
  *
  * @example

@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics (SPEC.md section 4) and the HTTP endpoint on
+ * Prometheus metrics (docs/metrics.md) and the HTTP endpoint on
  * `api.metrics` that serves them with `/healthz` and `/readyz`.
  *
  * Events (registrations, allocations, checkpoint writes, reloads) are

@@ -1,6 +1,6 @@
 /**
  * The per-socket records that `status`, events, metrics and `--reconcile-once`
- * show (SPEC.md section 5). The kubelet's plugin manager keeps none: this
+ * show (docs/status-json.md). The kubelet's plugin manager keeps none: this
  * cache is one of the plugin manager's observers, fed by its desired-state
  * changes and attempt outcomes, and built by the composition root. It decides
  * nothing: it logs each change of state once and tells subscribers.
@@ -10,7 +10,7 @@ import type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentit
 import { type DesiredChange, sortedBySocket } from "../pluginmanager/state-of-world.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 
-/** SPEC.md section 5: `pending` until the first attempt ends. */
+/** docs/status-json.md: `pending` until the first attempt ends. */
 export const PLUGIN_STATES = ["pending", "registered", "failed", "stale"] as const;
 export type PluginState = (typeof PLUGIN_STATES)[number];
 

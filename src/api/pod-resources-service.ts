@@ -27,7 +27,7 @@ import {
 } from "../gen/podresources/v1/api_pb.ts";
 import { NO_NUMA_NODE } from "../handlers/deviceplugin/node-index.ts";
 
-/** The namespace every owner appears in (SPEC.md sections 4 and 5). */
+/** The namespace every owner appears in (docs/devices.md, "The pod-resources API"). */
 export const POD_NAMESPACE = "edgeplug";
 
 /** A resource's devices as the device manager keeps them (DeviceList): by index in the plugin's list. */

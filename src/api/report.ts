@@ -3,7 +3,7 @@
  * `startedAt`, `durationMs`, the expectations the run was asked to meet,
  * and every socket that did not register with its reason.
  *
- * The verdict (SPEC.md section 6): without `--expect`/`--require` every
+ * The verdict (docs/commands.md, `--reconcile-once`): without `--expect`/`--require` every
  * socket counts (every plugin registered, every resource connected); with
  * them only the expectations count, unless `--strict` makes every socket
  * count as well. Failed sockets are listed either way.

@@ -1,6 +1,6 @@
 /**
  * The one status shape, in its three forms: the proto message the API
- * answers (edgeplug.v1.StatusResponse), the CLI's JSON (SPEC.md section 5)
+ * answers (edgeplug.v1.StatusResponse), the CLI's JSON (docs/status-json.md)
  * and the text table people read. Every producer (daemon, --reconcile-once)
  * and every consumer (status, status --watch) goes through here.
  */
@@ -124,7 +124,7 @@ export function buildStatus(input: {
 }
 
 /**
- * The CLI's JSON of the status message (SPEC.md section 5), which is the
+ * The CLI's JSON of the status message (docs/status-json.md), which is the
  * API's JSON (`curl` on Agent/Status) with one rule added: the API writes the
  * canonical proto3 JSON with default values included, and leaves out a
  * field that has no value (an optional string, an unset timestamp); the CLI

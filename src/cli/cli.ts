@@ -1,7 +1,7 @@
 /**
  * The command line: picks the command from argv, applies the global
  * `--log-level`, handles `--help`, runs the command and turns its outcome
- * into an exit code (SPEC.md section 1).
+ * into an exit code (docs/commands.md).
  *
  * Commands are a table of loaders: each command's module (and the libraries
  * it needs: ajv, yaml, Connect, generated code) is evaluated only when that

@@ -22,11 +22,11 @@ export interface Command {
   run(args: string[], io: CommandIO): Promise<number>;
 }
 
-/** Exit codes shared by all commands (SPEC.md section 1). */
+/** Exit codes shared by all commands (docs/commands.md). */
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
-/** `run --reconcile-once` only: the agent could not start (SPEC.md section 6); the daemon says 1, as section 1 fixed. */
+/** `run --reconcile-once` only: the agent could not start (docs/commands.md); the daemon says 1, as it always has. */
 export const EXIT_CANNOT_START = 3;
 
 /** Thrown for bad usage and bad policies; main prints the message and exits 2. */

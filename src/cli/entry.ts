@@ -7,7 +7,7 @@
  * command that leaves a socket or timer open is noticed rather than hidden.
  * Should anything still hold the loop a second after the command returned,
  * a warning is logged and the process exits anyway: a CLI must never hang
- * (SPEC.md: on SIGTERM the agent exits within 2 s).
+ * (on SIGTERM the agent exits within 2 s).
  *
  * A stdout that cannot be written is not a crash: when the reader went away
  * (EPIPE: `edgeplug status | head -c 10`) the rest of the output is dropped

@@ -1,7 +1,7 @@
 /**
  * `run --reconcile-once`: one pass for provisioning scripts. Discover and
  * register every socket, wait until the verdict is known (or the timeout),
- * print the report, exit (SPEC.md sections 1 and 6):
+ * print the report, exit (docs/commands.md):
  *   0 the report is ok, 1 it is not, 3 the agent could not start.
  *
  * The wait ends as soon as the outcome can no longer change: when the run is
@@ -126,7 +126,7 @@ export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: E
   return expectationsMet || unmetNames.some(refusedForGood);
 }
 
-/** SPEC.md section 5: at the end of --reconcile-once a plugin that never registered is `failed`. */
+/** docs/status-json.md: at the end of --reconcile-once a plugin that never registered is `failed`. */
 function finalState(plugin: PluginRecord, unfinished: Failure): PluginRecord {
   if (plugin.state === "registered" || plugin.state === "failed") return plugin;
   if (plugin.error !== null) return { ...plugin, state: "failed" };

@@ -1,6 +1,6 @@
 /**
  * `edgeplug status`: asks the running agent over its API socket and prints
- * the status for people (a table) or scripts (SPEC.md section 5 JSON);
+ * the status for people (a table) or scripts (docs/status-json.md);
  * `--watch` then prints every event as it arrives.
  */
 import { createClient } from "@connectrpc/connect";

@@ -1,8 +1,8 @@
 /**
  * `edgeplug validate [--config PATH]`: parses and checks a policy without
  * starting anything. Prints `ok` on stdout, or every located error on stderr.
- * Without --config it checks the policy the agent would use (SPEC.md
- * section 1): /etc/edgeplug/policy.yaml when it exists, else the embedded one.
+ * Without --config it checks the policy the agent would use (docs/policy.md,
+ * "Which policy is used"): /etc/edgeplug/policy.yaml when it exists, else the embedded one.
  */
 import { PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";

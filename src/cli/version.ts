@@ -1,5 +1,5 @@
 /**
- * `edgeplug version` / `edgeplug --version`: SPEC.md section 1's one line,
+ * `edgeplug version` / `edgeplug --version`: docs/commands.md's one line,
  * and with `--verbose` the facts that tell how this copy runs (whether it is
  * the single executable, what it was built for and from, where it lives,
  * which policy file it would read).

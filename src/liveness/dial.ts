@@ -1,5 +1,5 @@
 /**
- * The optional liveness dial (SPEC.md section 6), a feature the kubelet does
+ * The optional liveness dial (docs/policy.md, `reconcile.liveness`), a feature the kubelet does
  * not have. Every `reconcile.liveness.interval` (0: off) each registered
  * plugin whose handler does not watch its own connection is dialled: connect
  * and HTTP/2 handshake, no call, so that a plugin still sees one GetInfo and

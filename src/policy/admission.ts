@@ -1,5 +1,5 @@
 /**
- * What the policy admits of a plugin (SPEC.md section 2): the uid owning its
+ * What the policy admits of a plugin (docs/policy.md, "Rules"): the uid owning its
  * registration socket (`security.socketOwners`), and its name and versions
  * against its handler's `allow`, `deny` and `versions`. The plugin manager
  * asks at every registration and again after a reload, `probe` when it

@@ -1,6 +1,6 @@
 /**
  * The policy edgeplug runs with when neither `--config` nor
- * /etc/edgeplug/policy.yaml exists (SPEC.md section 1): the kubelet's
+ * /etc/edgeplug/policy.yaml exists (docs/policy.md, "Which policy is used"): the kubelet's
  * registration directory, and every other setting at its schema default
  * (every built-in handler, the checkpoint in /var/lib/edgeplug/, the API at
  * /run/edgeplug/api.sock, metrics off). It is data, not YAML: starting with it

@@ -1,5 +1,5 @@
 /**
- * Plugin-name globs of the policy's `allow` / `deny` lists (SPEC.md section 2):
+ * Plugin-name globs of the policy's `allow` / `deny` lists (docs/policy.md, "Rules"):
  * `*` matches any run of characters, `/` included; every other character
  * matches itself. There is no `?`, no character class and no escaping, so a
  * name can never be mistaken for a pattern.

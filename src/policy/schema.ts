@@ -1,5 +1,5 @@
 /**
- * The JSON Schema of the whole policy (SPEC.md section 2). It is the contract:
+ * The JSON Schema of the whole policy (docs/policy.md). It is the contract:
  * `validate` accepts exactly what it describes, unknown keys are errors, every
  * property carries a `description`, and every default a value can have is
  * declared here once, as a `default` keyword that ajv applies (`useDefaults`).
@@ -132,7 +132,7 @@ export const GENERIC_HANDLER_SCHEMA: Schema = expecting("a mapping with kind: ge
 export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at least version and watch", {
   $schema: "http://json-schema.org/draft-07/schema#",
   title: "edgeplug policy",
-  description: "What edgeplug watches, which plugin types it accepts and where it keeps state (SPEC.md section 2)",
+  description: "What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)",
   type: "object",
   additionalProperties: false,
   required: ["version", "watch"],

@@ -1,6 +1,6 @@
 /**
  * The policy after loading: every default filled in, durations in
- * milliseconds. The YAML shape is documented in SPEC.md section 2 and
+ * milliseconds. The YAML shape is documented in docs/policy.md and
  * enforced by schema.ts.
  */
 import type { LogFormat, LogLevel } from "../log/logger.ts";

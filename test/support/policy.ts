@@ -1,5 +1,5 @@
 /**
- * Builds loaded-policy objects for tests, with the SPEC.md defaults and short
+ * Builds loaded-policy objects for tests, with the policy's defaults (docs/policy.md) and short
  * timeouts, without going through the YAML loader.
  */
 import * as path from "node:path";

@@ -2,7 +2,7 @@
  * The device manager's checkpoint (`kubelet_internal_checkpoint`) in the
  * kubelet's exact bytes: Go encoding/json of `checkpoint.Data` with the
  * FNV-1a 32 checksum over go-spew's rendering of its `Data`
- * (reference/kubelet-facts.md 6.6). A file written by a kubelet reads here and
+ * (test/fixtures/checkpoint). A file written by a kubelet reads here and
  * one written here reads in a kubelet.
  *
  * @example

@@ -1,6 +1,6 @@
 /**
  * The checkpoint format against the kubelet's own files: both golden fixtures
- * (reference/kubelet-facts.md 6.6) verify, decode to their data and re-encode
+ * (test/fixtures/checkpoint/README.md) verify, decode to their data and re-encode
  * to their exact bytes; the kubelet's AllocResp is a real
  * ContainerAllocateResponse; anything else is refused with a reason.
  */

@@ -6,7 +6,7 @@
  * keeps, which takes a fraction of the time and garbage of building 300,000
  * message objects for a list of 100,000 devices with their topology.
  *
- * The wire format is v1beta1.Device's (kubelet-facts.md section 5):
+ * The wire format is v1beta1.Device's (proto/deviceplugin/v1beta1/api.proto):
  * 1 `ID` string, 2 `health` string, 3 `topology` TopologyInfo
  * {1 repeated NUMANode {1 `ID` int64}}. Unknown fields are skipped, a
  * repeated scalar field keeps its last value and a repeated message field

@@ -1,5 +1,5 @@
 /**
- * Resources and allocations as status shows them (SPEC.md section 5). A
+ * Resources and allocations as status shows them (docs/status-json.md). A
  * resource's status, with its sorted device lists, is built once per change
  * of the resource and reused by every status call, event and scrape until
  * the next change, so a large resource costs its sort once, not per reader.

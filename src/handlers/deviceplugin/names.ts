@@ -1,6 +1,6 @@
 /**
  * What the kubelet accepts from a device plugin, and its error texts
- * (reference/kubelet-facts.md 6.1, 6.2): the API version, extended resource
+ * (its devicemanager's Register checks): the API version, extended resource
  * names, and the limits edgeplug adds on device ids, which the kubelet
  * documents (63 characters) but does not enforce.
  */

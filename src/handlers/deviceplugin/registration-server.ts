@@ -2,7 +2,7 @@
  * The kubelet's side of `v1beta1.Registration` on
  * `devicePlugins.registrationSocket` (kubelet.sock): device plugins call
  * Register with their socket's file name relative to that directory, and
- * the call returns once edgeplug has connected back (reference/kubelet-facts.md 6.1).
+ * the call returns once edgeplug has connected back, as the kubelet's does.
  *
  * The directory is prepared as the kubelet does, except that only stale
  * sockets (that refuse connections) are removed: never the checkpoint,
