@@ -45,3 +45,27 @@ test("the plugin manager, tests left out, is within 10 % of the kubelet's lines"
   const limit = Math.floor(KUBELET_PLUGIN_MANAGER_LINES * 1.1);
   assert.ok(lines <= limit, `src/pluginmanager holds ${lines} lines, more than ${limit}: cut, or move what is not the plugin manager's`);
 });
+
+/** The design notes edgeplug was built from live outside the repo; users and contributors have only the repo. */
+const OUTSIDE_DOCUMENTS = /\b(SPEC\.md|ARCHITECTURE\.md|kubelet-facts|runtime-notes|proto-facts|upstream-tests-and-issues|wire-vectors\.md)\b/;
+
+test("no source, test or doc refers to a document outside the repo", () => {
+  const texts = ["src", "test", "bench", "scripts", "docs", "examples", "config", "packaging", "proto"]
+    .flatMap((dir) => textFiles(path.join(ROOT, dir)))
+    .concat(path.join(ROOT, "README.md"))
+    .filter((file) => file !== fileURLToPath(import.meta.url));
+  assert.ok(texts.length > 100, `found only ${texts.length} files`);
+  const found = texts.flatMap((file) =>
+    fs.readFileSync(file, "utf8").split("\n").flatMap((line, i) => (OUTSIDE_DOCUMENTS.test(line) ? [`${path.relative(ROOT, file)}:${i + 1}`] : [])),
+  );
+  assert.deepEqual(found, [], "point at docs/, proto/ or test/fixtures, or say the fact");
+});
+
+function textFiles(dir: string): string[] {
+  if (!fs.existsSync(dir)) return [];
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === "node_modules" ? [] : textFiles(full);
+    return /\.(ts|md|ya?ml|proto|json|service|sh)$/.test(entry.name) ? [full] : [];
+  });
+}
