@@ -6,7 +6,7 @@
  * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
  */
 import { create } from "@bufbuild/protobuf";
-import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse } from "./gen/edgeplug/v1/agent_pb.ts";
+import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
@@ -292,6 +292,7 @@ export class EdgeplugAgent {
     return {
       heartbeat: (source) => this.health.heartbeat(source),
       attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.type, attempt.durationMs / 1000, attempt.reason),
+      watchLimitsChanged: (reached) => this.events.publish({ case: "watchLimits", value: create(WatchLimitsEventSchema, { watchLimits: reached ?? undefined }) }),
     };
   }
 }

@@ -5,7 +5,7 @@
  * JSON of `status --output json` is the API's JSON (curl) with nulls added.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { type ChildProcess, execFile } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
@@ -148,11 +148,52 @@ test("while a watch limit leaves a directory out, status says so and is not ok; 
   assert.equal(text.code, 1);
   assert.match(text.stdout, /^watch limits reached: 1 directory and 0 sockets left out \(1024 of 1024 directories watched, 1 of 4096 sockets known\)$/m);
 
+  const jsonWatch = startEdgeplug(["status", "--api", policy.apiSocket, "--watch", "--output", "json"]);
+  const textWatch = startEdgeplug(["status", "--api", policy.apiSocket, "--watch"]);
+  killAfter(t, jsonWatch.child);
+  killAfter(t, textWatch.child);
+  const watchLimitsEvent = (line: string) => line.startsWith("{") && (JSON.parse(line) as { kind?: string }).kind === "watchLimits";
+  await Promise.all([
+    nextLine(jsonWatch.child, (line) => line.includes('"kind":"snapshot"')),
+    nextLine(textWatch.child, (line) => line.startsWith("node ")),
+  ]);
+
+  const clearedJson = nextLine(jsonWatch.child, watchLimitsEvent);
+  const clearedText = nextLine(textWatch.child, (line) => /watch limits no longer reached/.test(line));
   fs.rmdirSync(fillers[0]!);
   await leftOut.waitForNotify();
   const after = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json"]);
   assert.equal(after.code, 0, after.stdout);
   assert.equal(JSON.parse(after.stdout).watchLimits, null);
+  assert.equal(JSON.parse(await clearedJson).watchLimits, null, "status --watch hears that nothing is left out any more");
+  await clearedText;
+
+  // One directory more than the watches again: left out at once, and said so on the stream.
+  const reachedJson = nextLine(jsonWatch.child, watchLimitsEvent);
+  const reachedText = nextLine(textWatch.child, (line) => /watch limits reached: 1 directory and 0 sockets left out/.test(line));
+  fs.mkdirSync(path.join(policy.registry, "zzz"));
+  const reached = JSON.parse(await reachedJson);
+  assert.deepEqual([reached.watchLimits?.skippedDirectories, reached.watchLimits?.watchedDirectories], [1, 1024]);
+  await reachedText;
   agent.child.kill("SIGTERM");
   assert.equal((await agent.exited).code, 0);
 });
+
+/** The first complete stdout line of `child` from now on for which `matches` holds. */
+function nextLine(child: ChildProcess, matches: (line: string) => boolean): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let unparsed = "";
+    const onData = (chunk: Buffer | string) => {
+      const lines = (unparsed + chunk.toString()).split("\n");
+      unparsed = lines.pop()!;
+      const found = lines.find(matches);
+      if (found === undefined) return;
+      child.stdout!.off("data", onData);
+      child.off("close", onClose);
+      resolve(found);
+    };
+    const onClose = () => reject(new Error("the command exited before printing the line"));
+    child.stdout!.on("data", onData);
+    child.once("close", onClose);
+  });
+}

@@ -26,9 +26,11 @@ const status = create(StatusResponseSchema, {
   watchLimits: { watchedDirectories: 1024, directoryLimit: 1024, knownSockets: 7, socketLimit: 4096, skippedDirectories: 2 },
 });
 
-test("the status view has every field of StatusResponse, by number and name, so that a field added to one is not lost on the wire", () => {
+test("the status and event views have every field of StatusResponse and Event, by number and name, so that a field added to one is not lost on the wire", () => {
   const fields = (schema: typeof StatusResponseSchema | typeof StatusResponseViewSchema) => schema.fields.map((field) => `${field.number} ${field.name}`);
   assert.deepEqual(fields(StatusResponseViewSchema), fields(StatusResponseSchema));
+  const eventFields = (schema: typeof EventSchema | typeof EventViewSchema) => schema.fields.map((field) => `${field.number} ${field.name}`);
+  assert.deepEqual(eventFields(EventViewSchema), eventFields(EventSchema), "and the event view every kind of Event");
 });
 
 test("binary clients get the very bytes of StatusResponse, each resource encoded once", () => {
@@ -45,7 +47,9 @@ test("binary clients get the very bytes of every kind of Event", () => {
     create(EventSchema, { sequence: 2n, time, kind: { case: "resource", value: { resource: resources[1], removed: false } } }),
     create(EventSchema, { sequence: 3n, time, kind: { case: "resource", value: { removed: true } } }),
     create(EventSchema, { sequence: 4n, time, kind: { case: "allocation", value: { owner: "job", allocations: status.allocations, released: false } } }),
-    create(EventSchema, { sequence: 5n, time }),
+    create(EventSchema, { sequence: 5n, time, kind: { case: "watchLimits", value: { watchLimits: status.watchLimits } } }),
+    create(EventSchema, { sequence: 6n, time, kind: { case: "watchLimits", value: {} } }),
+    create(EventSchema, { sequence: 7n, time }),
   ];
   for (const event of events) assert.deepEqual(toBinary(EventViewSchema, eventView(event)), toBinary(EventSchema, event), `${event.kind.case}`);
 });

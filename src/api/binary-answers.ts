@@ -72,6 +72,8 @@ export function eventView(event: Event): EventView {
       return create(EventViewSchema, { sequence, time, kind: { case: "plugin", value: kind.value } });
     case "allocation":
       return create(EventViewSchema, { sequence, time, kind: { case: "allocation", value: kind.value } });
+    case "watchLimits":
+      return create(EventViewSchema, { sequence, time, kind: { case: "watchLimits", value: kind.value } });
     default:
       return create(EventViewSchema, { sequence, time });
   }

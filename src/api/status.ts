@@ -12,6 +12,7 @@ import type {
   PluginStatus,
   ResourceStatus,
   StatusResponse,
+  WatchLimitsStatus,
 } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema, WatchLimitsStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
@@ -144,6 +145,10 @@ export function resourceToJson(resource: ResourceStatus): ResourceJson {
   return withNulls(ResourceStatusSchema, toJson(ResourceStatusSchema, resource, JSON_OPTIONS)) as unknown as ResourceJson;
 }
 
+export function watchLimitsToJson(limits: WatchLimitsStatus): JsonObject {
+  return withNulls(WatchLimitsStatusSchema, toJson(WatchLimitsStatusSchema, limits, JSON_OPTIONS));
+}
+
 /** The options the API socket serves JSON with (src/api/agent-socket.ts). */
 const JSON_OPTIONS = { alwaysEmitImplicit: true } as const;
 
@@ -238,12 +243,16 @@ function checkpointLines({ checkpoint }: StatusResponse): string[] {
 }
 
 function watchLimitsLines({ watchLimits: limits }: StatusResponse): string[] {
-  if (!limits) return [];
+  return limits ? [watchLimitsLine(limits)] : [];
+}
+
+/** What the watcher leaves out, in one line (`status`, and `status --watch` when it changes). */
+export function watchLimitsLine(limits: WatchLimitsStatus): string {
   const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
-  return [
+  return (
     `watch limits reached: ${count(limits.skippedDirectories, "directory", "directories")} and ${count(limits.skippedSockets, "socket", "sockets")} left out ` +
-      `(${limits.watchedDirectories} of ${limits.directoryLimit} directories watched, ${limits.knownSockets} of ${limits.socketLimit} sockets known)`,
-  ];
+    `(${limits.watchedDirectories} of ${limits.directoryLimit} directories watched, ${limits.knownSockets} of ${limits.socketLimit} sockets known)`
+  );
 }
 
 /** Columns padded to their widest cell; cells come from plugins and are shown with control characters escaped. */

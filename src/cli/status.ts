@@ -7,7 +7,7 @@ import { createClient } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
-import { pluginToJson, resourceToJson, statusToJson, statusToText } from "../api/status.ts";
+import { pluginToJson, resourceToJson, statusToJson, statusToText, watchLimitsLine, watchLimitsToJson } from "../api/status.ts";
 import { printable } from "../log/printable.ts";
 import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";
 import { messageOf } from "../platform/error-message.ts";
@@ -134,6 +134,8 @@ export function eventToJson(event: Event): Record<string, unknown> {
           devices: [...a.devices],
         })),
       };
+    case "watchLimits":
+      return { ...head, kind: "watchLimits", watchLimits: event.kind.value.watchLimits ? watchLimitsToJson(event.kind.value.watchLimits) : null };
     default:
       return { ...head, kind: "unknown" };
   }
@@ -163,6 +165,10 @@ function eventToText(event: Event): string {
       const { owner, released, allocations } = event.kind.value;
       const devices = allocations.map((a) => `${a.resource}=${a.devices.join(",")}`).join(" ");
       return printable(`${time} ${released ? "released" : "allocated"} ${owner}${devices ? ` ${devices}` : ""}`) + "\n";
+    }
+    case "watchLimits": {
+      const limits = event.kind.value.watchLimits;
+      return `${time} ${limits ? watchLimitsLine(limits) : "watch limits no longer reached: every directory and socket is watched"}\n`;
     }
     default:
       return "";

@@ -51,7 +51,8 @@ export class PluginManager {
       onReady: (socket) => this.#reconciler.reconcile(socket),
     }));
     const sockets = () => WATCH_LIMITS.socketsPerPluginSlot * this.#context.policy.security.maxPlugins;
-    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()), limits: { sockets } });
+    const changed = () => observer.watchLimitsChanged(this.#watcher.limitsReached());
+    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()), limits: { sockets, changed } });
     const { resyncMs } = policy.reconcile;
     this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, observer, resyncMs, clock, onResync: () => this.#watcher.rescan() });
   }
@@ -147,6 +148,7 @@ function guardedObserver(observers: readonly PluginManagerObserver[], log: Logge
     attemptStarted: each("attemptStarted"),
     attemptEnded: each("attemptEnded"),
     deregistered: each("deregistered"),
+    watchLimitsChanged: each("watchLimitsChanged"),
     stopped: each("stopped"),
   };
 }

@@ -13,6 +13,7 @@ import type { RegistrationContext } from "./registration.ts";
 import { registeredPluginRefusal, registerPlugin, staleSocket, unregisterPlugin } from "./registration.ts";
 import type { DesiredChange, DesiredSocket, DesiredStateOfWorld, RegisteredPlugin } from "./state-of-world.ts";
 import type { AttemptFailure, AttemptState, Failure, PluginRegistration } from "./types.ts";
+import type { WatchLimitsReached } from "./watch-limits.ts";
 
 export type SocketIdentity = Pick<DesiredSocket, "socket" | "inode">;
 
@@ -46,6 +47,8 @@ export interface PluginManagerObserver {
   attemptEnded?(attempt: AttemptReport, detail: AttemptDetail): void;
   /** A registered plugin left the actual state outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
   deregistered?(socket: SocketIdentity, state: "stale" | "pending", failure: Failure): void;
+  /** The watcher started or stopped leaving something out, or left out other counts; null: nothing left out. */
+  watchLimitsChanged?(reached: WatchLimitsReached | null): void;
   /** The manager stopped; nothing follows. */
   stopped?(): void;
 }

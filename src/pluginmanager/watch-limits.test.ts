@@ -22,19 +22,23 @@ test("past the directory limit a sub-directory and its sockets are left out, war
     await listen(t, sockets.at(-1)!);
   }
   const { log, about } = recordingLog();
-  const { dsw, watcher } = startWatcher(t, [{ path: root, recursive: true }], { log, limits: { directories: 4 } });
+  let changes = 0;
+  const { dsw, watcher } = startWatcher(t, [{ path: root, recursive: true }], { log, limits: { directories: 4, changed: () => changes++ } });
   assert.deepEqual(paths(dsw.sockets()), sockets.slice(0, 3), "the root and the first three directories, in name order");
   const [warning, ...more] = about("watch limits reached");
   assert.equal(more.length, 0);
   assert.deepEqual([warning?.level, warning?.directoryLimit, warning?.skippedDirectories], ["warn", 4, 2]);
   const reached = { watchedDirectories: 4, directoryLimit: 4, knownSockets: 3, socketLimit: Infinity, skippedDirectories: 2, skippedSockets: 0 };
   assert.deepEqual(watcher.limitsReached(), reached, "what status shows");
+  assert.equal(changes, 1, "WatchEvents is told when something is first left out");
 
   // Past the limit a new socket is not seen, even on an event from a watched parent.
   fs.mkdirSync(path.join(root, "f"));
   watcher.rescan();
   assert.equal(about("watch limits reached").length, 1, "warned once while the limit holds");
   assert.deepEqual(watcher.limitsReached(), { ...reached, skippedDirectories: 3 }, "a resync's count replaces the first walk's");
+  watcher.rescan();
+  assert.equal(changes, 2, "told of the new count once, not of a resync that changed nothing");
 
   fs.rmSync(path.join(root, "a"), { recursive: true });
   fs.rmSync(path.join(root, "b"), { recursive: true });
@@ -44,6 +48,7 @@ test("past the directory limit a sub-directory and its sockets are left out, war
   assert.deepEqual(paths(dsw.sockets()), sockets.slice(2), "the resync took in what fits now");
   assert.equal(about("watch limits no longer reached").length, 1);
   assert.equal(watcher.limitsReached(), null);
+  assert.equal(changes, 3, "told when nothing is left out any more");
 });
 
 test("past the socket limit new sockets are left out until a resync finds room; known ones stay", async (t) => {

@@ -30,6 +30,12 @@ export interface WatchLimitsReached {
   skippedSockets: number;
 }
 
+export interface WatchLimitsOptions {
+  directories?: number;
+  sockets?: () => number;
+  changed?: () => void;
+}
+
 export class WatchLimits {
   readonly directories: number;
   /** Read at each sync: a reload may change it. */
@@ -37,11 +43,14 @@ export class WatchLimits {
   readonly #log: Logger;
   /** Set from the first walk that leaves something out to the first resync that leaves nothing out. */
   #leftOut: Skipped | null = null;
+  /** Told when what is left out starts, changes or ends (WatchEvents' `watchLimits`). */
+  readonly #changed: () => void;
 
-  constructor(log: Logger, options: { directories?: number; sockets?: () => number }) {
+  constructor(log: Logger, options: WatchLimitsOptions) {
     this.#log = log;
     this.directories = options.directories ?? WATCH_LIMITS.directories;
     this.#sockets = options.sockets ?? (() => Infinity);
+    this.#changed = options.changed ?? (() => {});
   }
 
   get sockets(): number {
@@ -53,17 +62,21 @@ export class WatchLimits {
     if (skipped.dirs + skipped.sockets === 0 || this.#leftOut !== null) return;
     this.#leftOut = { ...skipped };
     this.#log.warn("watch limits reached; what is past them is not watched until a resync finds room", { ...this.reached(known) });
+    this.#changed();
   }
 
   /** After a full resync, with what all its walks left out (each walk warned already). */
   resynced(skipped: Skipped): void {
+    const before = this.#leftOut;
     if (skipped.dirs + skipped.sockets > 0) {
       this.#leftOut = { ...skipped };
+      if (before?.dirs !== skipped.dirs || before.sockets !== skipped.sockets) this.#changed();
       return;
     }
-    if (this.#leftOut === null) return;
+    if (before === null) return;
     this.#leftOut = null;
     this.#log.info("watch limits no longer reached: every directory and socket is watched again");
+    this.#changed();
   }
 
   /** null while nothing is left out. */

@@ -17,7 +17,7 @@ import type { WatchDir } from "../policy/types.ts";
 import { messageOf } from "../platform/error-message.ts";
 import { FailingPaths } from "./failing-paths.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
-import { type Skipped, WatchLimits, type WatchLimitsReached } from "./watch-limits.ts";
+import { type Skipped, WatchLimits, type WatchLimitsOptions, type WatchLimitsReached } from "./watch-limits.ts";
 
 /** The reads the watcher decides with. Tests inject EMFILE or EIO here, which root cannot provoke; sockets and inotify stay real. */
 export interface WatcherFileSystem {
@@ -37,7 +37,7 @@ export interface PluginWatcherOptions {
   now?: () => Date;
   fileSystem?: WatcherFileSystem;
   /** Defaults: WATCH_LIMITS.directories; no limit on sockets. */
-  limits?: { directories?: number; sockets?: () => number };
+  limits?: WatchLimitsOptions;
 }
 
 /** `roots`: for a root's parent, the names of the roots in it. */
