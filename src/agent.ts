@@ -2,7 +2,7 @@
  * The daemon: the plugin manager, the local API socket, the event stream,
  * metrics and health, started in the order that keeps a failed start
  * harmless (the API socket is claimed before any plugin is dialled) and
- * stopped together within SPEC's 2 s. A new policy is applied live by
+ * stopped together within 2 s of SIGTERM. A new policy is applied live by
  * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
  */
 import { create } from "@bufbuild/protobuf";

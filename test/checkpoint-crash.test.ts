@@ -1,7 +1,7 @@
 /**
  * kill -9 at random moments during a stream of checkpoint writes never
- * leaves a torn checkpoint (docs/devices.md,
- * "Checkpoint and restarts": the old checkpoint or the new one, whole). Each iteration starts a writer
+ * leaves a torn checkpoint (docs/devices.md, "Checkpoint and restarts": the
+ * old file or the new one, whole). Each iteration starts a writer
  * (fixtures/checkpoint/crash-writer.ts) on the checkpoint the previous one
  * left, lets it write for a random moment and SIGKILLs it; the file must
  * then verify and hold exactly one generation's data, no older than the

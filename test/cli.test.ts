@@ -53,7 +53,7 @@ const versionLine = new RegExp(
   `^edgeplug ${packageJson.version.replaceAll(".", "\\.")} node v24\\.\\d+\\.\\d+ ${process.platform}-${process.arch} (?:[0-9a-f]{4,40}|dev)$`,
 );
 
-test("the command table holds every SPEC command", () => {
+test("the command table holds every documented command", () => {
   for (const name of SPEC_COMMANDS) assert.ok(Object.hasOwn(COMMANDS, name), `no command ${name}`);
 });
 
@@ -112,7 +112,7 @@ test("an unknown flag is bad usage: exit 2, the flag on stderr", { concurrency: 
   ));
 });
 
-test("version and --version print SPEC's one line", async () => {
+test("version and --version print the documented one line", async () => {
   const [command, flag] = await Promise.all([edgeplug("version"), edgeplug("--version")]);
   assert.equal(command.code, 0, command.stderr);
   assert.match(command.stdout.trimEnd(), versionLine);

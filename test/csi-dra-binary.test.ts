@@ -33,7 +33,7 @@ async function startExample(t: test.TestContext, script: string, args: string[],
 
 async function status(apiSocket: string): Promise<StatusJson> {
   const result = await runEdgeplug(["status", "--api", apiSocket, "--output", "json"]);
-  // 1 while some plugin is not registered (SPEC amendments), which this test brings about on purpose.
+  // 1 while some plugin is not registered (docs/commands.md), which this test brings about on purpose.
   assert.ok(result.code === 0 || result.code === 1, `status exited ${result.code}: ${result.stderr}`);
   return JSON.parse(result.stdout) as StatusJson;
 }

@@ -1,7 +1,7 @@
 /**
  * Allocation against @grpc/grpc-js device plugins on real sockets, as the
- * kubelet allocates at pod admission (upstream manager_test.go B.1 and
- * endpoint_test.go B.2): the kubelet's refusals word for word, a repeated
+ * kubelet allocates at pod admission (upstream manager_test.go and
+ * endpoint_test.go): the kubelet's refusals word for word, a repeated
  * request as a container restart, GetPreferredAllocation and PreStartContainer
  * calls with exact arguments, the plugin's exact answer returned, nothing
  * recorded when a call fails or the endpoint stops, releases while a call
@@ -58,7 +58,7 @@ test("the same owner and container asking again is a container restart: the same
   assert.deepEqual(devices.allocations("job").map((a) => a.devices), [["dev0", "dev1"], ["dev2"]], "the held devices stay held");
 });
 
-test("Allocate returns exactly the plugin's answer (B.2 TestAllocate); PreStartContainer gets exactly the allocated ids (TestDevicePreStartContainer)", async (t) => {
+test("Allocate returns exactly the plugin's answer (endpoint_test.go TestAllocate); PreStartContainer gets exactly the allocated ids (TestDevicePreStartContainer)", async (t) => {
   const devices = newManager(t);
   const answer = {
     envs: { GPU: "dev0,dev1" },
@@ -85,7 +85,7 @@ test("Allocate returns exactly the plugin's answer (B.2 TestAllocate); PreStartC
   assert.deepEqual(withoutPreStart.preStartCalls, []);
 });
 
-test("GetPreferredAllocation: the plugin's exact choice is taken, and it is asked with the free devices (B.2 TestGetPreferredAllocation)", async (t) => {
+test("GetPreferredAllocation: the plugin's exact choice is taken, and it is asked with the free devices (endpoint_test.go TestGetPreferredAllocation)", async (t) => {
   const devices = newManager(t);
   const plugin = await connected(t, devices, R1, {
     devices: healthyDevices(4),

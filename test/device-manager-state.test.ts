@@ -2,7 +2,7 @@
  * The device manager's state across resources, grace periods and its
  * checkpoint, with @grpc/grpc-js plugins on real sockets and a real
  * checkpoint file: the later steps of upstream's TestUpdateCapacityAllocatable
- * and TestCheckpoint (manager_test.go, B.1).
+ * and TestCheckpoint (manager_test.go).
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";

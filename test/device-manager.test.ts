@@ -1,9 +1,9 @@
 /**
  * The device manager against @grpc/grpc-js device plugins on real sockets:
- * ListAndWatch lists and health (upstream endpoint_test.go, B.2), capacity
+ * ListAndWatch lists and health (upstream endpoint_test.go), capacity
  * and allocatable (manager_test.go TestUpdateCapacityAllocatable,
  * TestDevicePluginReRegistration, TestEndpointSyncOnDisconnect and the
- * multi-endpoint tests, B.1), grace-period removal, and untrusted lists.
+ * multi-endpoint tests), grace-period removal, and untrusted lists.
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
@@ -48,7 +48,7 @@ const counts = (devices: DeviceManager, resource = R) => {
   return status ? { capacity: status.capacity, allocatable: status.allocatable } : undefined;
 };
 
-test("ListAndWatch: the first complete list, then each full update replaces it (B.2 TestRun)", async (t) => {
+test("ListAndWatch: the first complete list, then each full update replaces it (endpoint_test.go TestRun)", async (t) => {
   const dir = tempDir(t);
   const p = await plugin(t, dir, "a.sock", {
     devices: [

@@ -1,5 +1,5 @@
 /**
- * Upstream manager_test.go (B.1) behaviours the other device tests did not
+ * Upstream manager_test.go behaviours the other device tests did not
  * assert yet, against @grpc/grpc-js device plugins on real sockets: a
  * released owner is gone (the kubelet's removed pod), reads between updates
  * see whole lists, a fresh plugin on a re-used socket path takes over, and

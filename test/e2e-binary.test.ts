@@ -67,7 +67,7 @@ test("dist/edgeplug exists (npm run build) and is an ELF executable", () => {
   assert.ok((fs.statSync(binary).mode & 0o111) !== 0, "executable bits");
 });
 
-test("env -i dist/edgeplug version from an empty directory prints SPEC's line naming Node 24", async (t) => {
+test("env -i dist/edgeplug version from an empty directory prints the documented line naming Node 24", async (t) => {
   const result = await runBinary(["version"], tempDir(t));
   assert.equal(result.code, 0, result.stderr);
   const version = packageJson.version.replaceAll(".", "\\.");

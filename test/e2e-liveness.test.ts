@@ -1,5 +1,5 @@
 /**
- * Liveness of registration-only plugins on dist/edgeplug (docs/policy.md, `reconcile.liveness`):
+ * Liveness of registration-only plugins on dist/edgeplug (docs/policy.md):
  * with `reconcile.liveness.interval` set, a plugin killed with kill -9 is
  * found by the next connect-only dial and becomes `stale`, with one event
  * and one log line, then is retried with backoff; the default leaves it

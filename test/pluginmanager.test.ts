@@ -1,7 +1,7 @@
 /**
  * The plugin manager end to end: real @grpc/grpc-js plugins on real unix
- * sockets in a watched temp directory (the kubelet's own plugin manager
- * tests, and its known problems).
+ * sockets in a watched temp directory (the kubelet's plugin_manager_test.go,
+ * and its known issues).
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
@@ -21,7 +21,7 @@ import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { waitUntil } from "./support/wait.ts";
 
-/** A handler recording its calls, for the plugin manager test of A.8. */
+/** A handler recording its calls, as plugin_manager_test.go's does. */
 function recordingHandler() {
   const calls: string[] = [];
   const handler: PluginHandler = {
@@ -38,7 +38,7 @@ function recordingHandler() {
   return { calls, factories: { generic: () => handler } };
 }
 
-test("plugins in sub-directories created after start, at depth 0, 1 and 2, are validated then registered (A.8)", async (t) => {
+test("plugins in sub-directories created after start, at depth 0, 1 and 2, are validated then registered (plugin_manager_test.go)", async (t) => {
   const dir = tempDir(t);
   for (let depth = 0; depth <= 2; depth++) {
     await t.test(`depth ${depth}`, async (t) => {

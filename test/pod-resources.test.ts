@@ -1,7 +1,7 @@
 /**
  * The kubelet's pod-resources API on the agent's API socket, read by a
  * @grpc/grpc-js client as monitoring agents read the kubelet's
- * (upstream pod_devices_test.go, B.3: TestGetContainerDevices,
+ * (upstream pod_devices_test.go: TestGetContainerDevices,
  * TestGetPodAndContainerForDevice; manager_test.go
  * TestGetAllocatableDevicesMultipleResources and ...HealthTransition), and
  * by curl's Connect JSON over HTTP/1.1, as docs/devices.md shows.

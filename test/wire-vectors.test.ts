@@ -1,7 +1,7 @@
 /**
  * Wire compatibility of edgeplug's generated protobuf types with the kubelet
  * protocols. The fixture was encoded by an independent protobuf runtime
- * (Google's Python one) from the reference wire facts, so a wrong field
+ * (Google's Python one) from upstream's field definitions, so a wrong field
  * number, type or package in proto/ shows up here as a decoding mismatch.
  *
  * Runs under Node (`node --test`) and Deno (`deno test -A`).

@@ -1,6 +1,6 @@
 /**
  * Makes sure a socket path edgeplug is about to bind is free, without ever
- * taking over a socket somebody still serves (a second agent must not): a socket
+ * taking over a socket somebody still serves (docs/commands.md, `run`): a socket
  * that refuses connections is stale and is removed; one that answers is
  * identified and reported through a {@link SocketInUseError}.
  *

@@ -31,7 +31,7 @@ test("ok is derived: every plugin registered and every resource connected", () =
   assert.equal(buildStatus({ node: "n", plugins: [registered], resources: [disconnected] }).ok, false);
 });
 
-test("the CLI's JSON is SPEC's shape: timestamps as RFC 3339, absent values as null, the reason beside the error", () => {
+test("the CLI's JSON is docs/status-json.md's shape: timestamps as RFC 3339, absent values as null, the reason beside the error", () => {
   const json = statusToJson(buildStatus({ node: "edge-01", plugins: [registered, record({})] }));
   assert.deepEqual(Object.entries(json.plugins[0]!), Object.entries({
     socket: "/r/gpu.sock", type: "DevicePlugin", name: "acme.io/gpu", endpoint: "/r/gpu.sock", versions: ["v1beta1"],

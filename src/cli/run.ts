@@ -104,7 +104,7 @@ async function loadPolicy(configPath: string | undefined, output: "text" | "json
   }
 }
 
-/** How long stopping waits for the last systemd notification (SPEC: the agent exits within 2 s). */
+/** How long stopping waits for the last systemd notification (the agent exits within 2 s). */
 const NOTIFY_GRACE_MS = 1000;
 
 async function runDaemon(policy: Policy, configPath: string | undefined, io: CommandIO): Promise<number> {

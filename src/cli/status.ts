@@ -104,7 +104,7 @@ function describe(error: unknown): string {
   return messageOf(error);
 }
 
-/** One JSON object per event: the snapshot as SPEC JSON, changes by kind. */
+/** One JSON object per event: the snapshot as status JSON, changes by kind. */
 export function eventToJson(event: Event): Record<string, unknown> {
   const head = { sequence: Number(event.sequence), time: event.time ? timestampDate(event.time).toISOString() : null };
   switch (event.kind.case) {

@@ -1,12 +1,12 @@
 /**
- * The optional liveness dial (docs/policy.md, `reconcile.liveness`), a feature the kubelet does
- * not have. Every `reconcile.liveness.interval` (0: off) each registered
- * plugin whose handler does not watch its own connection is dialled: connect
- * and HTTP/2 handshake, no call, so that a plugin still sees one GetInfo and
- * one Notify per registration, as with the kubelet. A socket that refuses
- * (its plugin died and left it) is reported to the plugin manager, which
- * turns the plugin `stale` and registers it again after a backoff window.
- * It reads the plugin manager's public surface only; src/agent.ts wires it.
+ * The optional liveness dial (docs/policy.md), which the kubelet does not
+ * have. Every `reconcile.liveness.interval` (0: off) each registered plugin
+ * whose handler does not watch its own connection is dialled: connect and
+ * HTTP/2 handshake, no call, so that a plugin still sees one GetInfo and one
+ * Notify per registration, as with the kubelet. A socket that refuses (its
+ * plugin died and left it) is reported to the plugin manager, which turns the
+ * plugin `stale` and registers it again after a backoff window. It reads the
+ * plugin manager's public surface only; src/agent.ts wires it.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { PluginManager } from "../pluginmanager/manager.ts";

@@ -61,14 +61,14 @@ function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?:
   return { dsw, asw: context.asw, status, calls, executor, reconciler, expectSettled, appear };
 }
 
-test("with nothing desired and nothing registered, nothing happens (A.7)", (t) => {
+test("with nothing desired and nothing registered, nothing happens (reconciler_test.go)", (t) => {
   const { asw, calls, reconciler } = setUp(t, tempDir(t));
   reconciler.start();
   reconciler.reconcileAll();
   assert.deepEqual([asw.plugins(), calls], [[], []]);
 });
 
-test("a desired socket is registered at once, with the desired inode, and its outcome recorded (A.7)", async (t) => {
+test("a desired socket is registered at once, with the desired inode, and its outcome recorded (reconciler_test.go)", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "a.sock");
   await startTestPlugin(t, { socketPath: socket, info: sensor() });
@@ -82,7 +82,7 @@ test("a desired socket is registered at once, with the desired inode, and its ou
   assert.deepEqual(status.plugins().map((p) => [p.state, p.attempts, p.name]), [["registered", 1, "acme.io/temp"]]);
 });
 
-test("a socket that leaves the desired state is unregistered without dialing (A.7)", async (t) => {
+test("a socket that leaves the desired state is unregistered without dialing (reconciler_test.go)", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "a.sock");
   const fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });
@@ -97,7 +97,7 @@ test("a socket that leaves the desired state is unregistered without dialing (A.
   assert.deepEqual(calls, ["register a.sock", "deregister a.sock"]);
 });
 
-test("a new inode at the path unregisters the old plugin then registers the new one; the same inode changes nothing (A.7, SPEC)", async (t) => {
+test("a new inode at the path unregisters the old plugin then registers the new one; the same inode changes nothing (reconciler_test.go; inode, not UUID)", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "a.sock");
   let fake = await startTestPlugin(t, { socketPath: socket, info: sensor() });

@@ -30,7 +30,7 @@ test("desired state: a new socket is added once and reported", () => {
   assert.deepEqual(changes.map((change) => change.kind), ["added"]);
 });
 
-test("desired state: the same inode again changes nothing, a new inode replaces the entry (A.3, SPEC)", () => {
+test("desired state: the same inode again changes nothing, a new inode replaces the entry (desired_state_of_world_test.go; inode, not UUID)", () => {
   const dsw = new DesiredStateOfWorld();
   const changes: DesiredChange[] = [];
   dsw.subscribe((change) => changes.push(change));
@@ -62,7 +62,7 @@ test("desired state: sockets are listed sorted by path", () => {
   assert.deepEqual(dsw.sockets().map((entry) => entry.socket), ["/r/a.sock", "/r/b.sock", "/r/c.sock"]);
 });
 
-test("actual state: an added plugin is returned as added and matches its path and inode only (A.4)", () => {
+test("actual state: an added plugin is returned as added and matches its path and inode only (actual_state_of_world_test.go)", () => {
   const asw = new ActualStateOfWorld();
   const plugin = registered("/r/a.sock", "1:10:5");
   asw.add(plugin);

@@ -10,7 +10,7 @@ import { close, listen, paths, quietLog, startWatcher, until } from "../../test/
 
 const log = quietLog;
 
-test("a socket that appears is desired, and forgotten when it goes, ten times over (A.1)", async (t) => {
+test("a socket that appears is desired, and forgotten when it goes, ten times over (plugin_watcher_test.go)", async (t) => {
   const dir = tempDir(t);
   const { dsw } = startWatcher(t, [{ path: dir }]);
   for (let i = 0; i < 10; i++) {
@@ -22,7 +22,7 @@ test("a socket that appears is desired, and forgotten when it goes, ten times ov
   }
 });
 
-test("sockets present before start are found by the initial walk (A.1)", async (t) => {
+test("sockets present before start are found by the initial walk (plugin_watcher_test.go)", async (t) => {
   const dir = tempDir(t);
   const expected: string[] = [];
   for (let i = 0; i < 10; i++) {
@@ -33,7 +33,7 @@ test("sockets present before start are found by the initial walk (A.1)", async (
   assert.deepEqual(paths(dsw.sockets()), expected.sort(), "found synchronously by start()");
 });
 
-test("a socket re-created at the same path is a new entry each time, never a duplicate (A.1, A.3)", async (t) => {
+test("a socket re-created at the same path is a new entry each time, never a duplicate (plugin_watcher_test.go)", async (t) => {
   const dir = tempDir(t);
   const socket = path.join(dir, "plugin.sock");
   const { dsw } = startWatcher(t, [{ path: dir }]);
@@ -89,7 +89,7 @@ test("dot-names, regular files, directories and symlinks to sockets are not sock
   assert.deepEqual(paths(dsw.sockets()), [marker]);
 });
 
-test("sub-directories at depth 0, 1 and 2 created after start are watched and their sockets found (A.8)", async (t) => {
+test("sub-directories at depth 0, 1 and 2 created after start are watched and their sockets found (plugin_manager_test.go)", async (t) => {
   const dir = tempDir(t);
   const { dsw } = startWatcher(t, [{ path: dir }]);
   const expected: string[] = [];

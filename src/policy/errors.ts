@@ -29,7 +29,7 @@ export interface PolicyIssue {
   message: string;
 }
 
-/** Renders one issue in SPEC's `FILE:LINE:COLUMN: key.path: message` form (`FILE: message` for the whole file). */
+/** Renders one issue in docs/policy.md's `FILE:LINE:COLUMN: key.path: message` form (`FILE: message` for the whole file). */
 export function formatPolicyIssue(issue: PolicyIssue): string {
   const where = issue.line === 0 ? issue.file : `${issue.file}:${issue.line}:${issue.column}`;
   return issue.path === "" ? `${where}: ${issue.message}` : `${where}: ${issue.path}: ${issue.message}`;

@@ -131,7 +131,7 @@ test("the annotated example of docs/policy.md is config/example.yaml, and it val
   assert.equal(policy.api.metrics, "127.0.0.1:9478");
 });
 
-test("the embedded default follows SPEC section 1 and equals config/default.yaml, which spells out every default", () => {
+test("the embedded default follows docs/policy.md and equals config/default.yaml, which spells out every default", () => {
   const embedded = loadDefaultPolicy();
   assert.equal(embedded.source, EMBEDDED_DEFAULT_SOURCE);
   assert.deepEqual(

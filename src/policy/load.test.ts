@@ -1,6 +1,6 @@
 /**
  * The policy loader's errors: every bad fixture rejected with exactly its
- * `# expect:` issues, each located at a line and column, in SPEC's form.
+ * `# expect:` issues, each located at a line and column (docs/policy.md).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -59,7 +59,7 @@ test("a policy with three errors reports all three, each located, in file order"
   );
 });
 
-test("errors are reported in SPEC's FILE:LINE:COLUMN: key.path: expected ..., got ... form", () => {
+test("errors are reported in the FILE:LINE:COLUMN: key.path: expected ..., got ... form", () => {
   const text = `${minimal}reconcile:\n  backoff:\n    initial: 1s\n    max: fast\n`;
   assert.equal(rejection(text).message, 'policy.yaml:7:10: reconcile.backoff.max: expected a duration like "30s", got "fast"');
 });

@@ -31,7 +31,7 @@ const backoff = { initialMs: 500, maxMs: 122_000 };
 const succeeded: OperationResult = "succeeded";
 const failed: OperationResult = "failed";
 
-test("operations on two different sockets run at the same time (A.5)", async () => {
+test("operations on two different sockets run at the same time (operation_executor_test.go)", async () => {
   const executor = new OperationExecutor({ backoff });
   const started: string[] = [];
   const release = gate();
@@ -45,7 +45,7 @@ test("operations on two different sockets run at the same time (A.5)", async () 
   await executor.stop();
 });
 
-test("a second operation on the same socket is refused while the first runs, and may start once it ended (A.5)", async () => {
+test("a second operation on the same socket is refused while the first runs, and may start once it ended (operation_executor_test.go)", async () => {
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const release = gate();
@@ -64,7 +64,7 @@ test("a second operation on the same socket is refused while the first runs, and
   assert.equal(runs, 2);
 });
 
-test("failures back off per socket: 500 ms, doubling, capped at the maximum; success resets (A.9)", async () => {
+test("failures back off per socket: 500 ms, doubling, capped at the maximum; success resets (goroutinemap)", async () => {
   const clock = manualClock();
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });

@@ -139,7 +139,7 @@ export class OperationExecutor {
     this.#keys.get(key)?.running?.controller.abort(new Error("operation aborted"));
   }
 
-  /** Refuses new operations, clears timers, aborts and awaits running ones at most `graceMs` (the agent exits within 2 s of SIGTERM). */
+  /** Refuses new operations, clears timers, aborts and awaits running ones at most `graceMs` (exit within 2 s of SIGTERM). */
   async stop(graceMs = 1500): Promise<void> {
     this.#stopped = true;
     this.#waitingFirst.clear();

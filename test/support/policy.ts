@@ -1,6 +1,6 @@
 /**
- * Builds loaded-policy objects for tests, with the policy's defaults (docs/policy.md) and short
- * timeouts, without going through the YAML loader.
+ * Builds loaded-policy objects for tests, with the defaults of docs/policy.md
+ * and short timeouts, without going through the YAML loader.
  */
 import * as path from "node:path";
 import type { HandlerPolicy, Policy, WatchDir } from "../../src/policy/types.ts";

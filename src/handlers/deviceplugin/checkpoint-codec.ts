@@ -1,8 +1,8 @@
 /**
  * The device manager's checkpoint (`kubelet_internal_checkpoint`) in the
  * kubelet's exact bytes: Go encoding/json of `checkpoint.Data` with the
- * FNV-1a 32 checksum over go-spew's rendering of its `Data`
- * (test/fixtures/checkpoint). A file written by a kubelet reads here and
+ * FNV-1a 32 checksum over go-spew's rendering of its `Data` (the kubelet's
+ * checkpointmanager/checksum). A file written by a kubelet reads here and
  * one written here reads in a kubelet.
  *
  * @example

@@ -1,6 +1,6 @@
 /**
  * The kubelet's checkpoint checksum: FNV-1a 32 over go-spew's `%#v` rendering
- * of the Go value `checkpoint.checkpointData` (test/fixtures/checkpoint).
+ * of the Go value `checkpoint.checkpointData` (checkpointmanager/checksum).
  * The checksum depends on Go's type names and on nil versus empty, not
  * on the JSON bytes, so this module works on a model of the Go value itself,
  * nil-ness included.

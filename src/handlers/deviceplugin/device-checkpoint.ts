@@ -12,7 +12,7 @@ import { CheckpointWriter, type CheckpointWriteOutcome } from "./checkpoint-writ
 import type { CheckpointData, DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { CheckpointState } from "./types.ts";
 
-/** How long stop() waits for the last checkpoint write, inside SPEC's 2 s to exit. */
+/** How long stop() waits for the last checkpoint write, inside the 2 s to exit on SIGTERM. */
 const STOP_FLUSH_MS = 1000;
 
 export interface DeviceCheckpointOptions {

@@ -32,7 +32,7 @@ function resourceStatus(state: ResourceState): ResourceStatus {
   return create(ResourceStatusSchema, {
     name: state.name,
     capacity: state.devices.size,
-    // SPEC: a resource without a live plugin has allocatable 0 (its devices are unhealthy by then anyway).
+    // No live plugin: allocatable 0 (docs/status-json.md), though its devices are unhealthy by then anyway.
     allocatable: state.endpoints.size > 0 ? healthy.length : 0,
     healthy,
     unhealthy,

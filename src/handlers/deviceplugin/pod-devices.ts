@@ -8,7 +8,7 @@ import type { ContainerAllocateResponse } from "../../gen/deviceplugin/v1beta1/a
 import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { messageOf } from "../../platform/error-message.ts";
 
-/** The checkpoint module's entry (HELPERS.md contract), repeated here so this file does not depend on it. */
+/** The checkpoint module's entry (checkpoint-codec.ts), repeated here so this file does not depend on it. */
 export interface PodDevicesEntry {
   podUID: string;
   containerName: string;
