@@ -22,6 +22,7 @@
  */
 import { Buffer } from "node:buffer";
 import fs from "node:fs";
+import { promisify } from "node:util";
 import { Composer, isAlias, isMap, LineCounter, visit, YAMLParseError, type CST, type Document } from "yaml";
 import { messageOf } from "../platform/error-message.ts";
 import { defaultPolicyData, EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
@@ -163,7 +164,7 @@ export async function resolvePolicy(
 
 async function exists(path: string): Promise<boolean> {
   try {
-    await new Promise((resolve, reject) => fs.stat(path, (error, stats) => (error ? reject(error) : resolve(stats))));
+    await stat(path);
     return true;
   } catch (error) {
     // Only absence falls back to the default: a policy that exists but cannot be read is an error.
@@ -172,27 +173,31 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
-/**
- * node:fs's callbacks, not node:fs/promises: that module loads Node's file
- * watchers and readline with it, 2 to 3 ms of every command reading a policy.
- */
 async function readBounded(path: string): Promise<Buffer> {
-  const fd = await new Promise<number>((resolve, reject) => fs.open(path, "r", (error, opened) => (error ? reject(error) : resolve(opened))));
+  const fd = await open(path, "r");
   try {
     const buffer = Buffer.alloc(MAX_POLICY_BYTES + 1);
     let filled = 0;
     while (filled < buffer.length) {
-      const bytesRead = await new Promise<number>((resolve, reject) =>
-        fs.read(fd, buffer, filled, buffer.length - filled, null, (error, count) => (error ? reject(error) : resolve(count))),
-      );
+      const { bytesRead } = await read(fd, buffer, filled, buffer.length - filled, null);
       if (bytesRead === 0) break;
       filled += bytesRead;
     }
     return buffer.subarray(0, filled);
   } finally {
-    await new Promise<void>((resolve, reject) => fs.close(fd, (error) => (error ? reject(error) : resolve())));
+    await close(fd);
   }
 }
+
+/**
+ * node:fs's callbacks, promisified, not node:fs/promises: that module loads
+ * Node's file watchers and readline with it, 2 to 3 ms of every command
+ * reading a policy.
+ */
+const stat = promisify(fs.stat);
+const open = promisify(fs.open);
+const read = promisify(fs.read);
+const close = promisify(fs.close);
 
 function fileIssue(file: string, message: string): PolicyIssue {
   return { file, line: 0, column: 0, path: "", message };
