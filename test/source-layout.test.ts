@@ -37,12 +37,12 @@ test(`no hand-written TypeScript file is longer than ${MAX_LINES} lines`, () => 
 /** The kubelet's pkg/kubelet/pluginmanager at v1.19, tests left out: 9 files, its metrics included. */
 const KUBELET_PLUGIN_MANAGER_LINES = 1270;
 
-test("the plugin manager, tests left out, is within 10 % of the kubelet's lines", () => {
+test("the plugin manager, tests left out, is within 5 % of the kubelet's lines", () => {
   const dir = path.join(ROOT, "src", "pluginmanager");
   const files = handWritten(dir).filter((file) => !file.endsWith(".test.ts"));
   assert.ok(files.some((file) => file.endsWith("reconciler.ts")), `no plugin manager under ${dir}`);
   const lines = files.reduce((sum, file) => sum + fs.readFileSync(file, "utf8").split("\n").length - 1, 0);
-  const limit = Math.floor(KUBELET_PLUGIN_MANAGER_LINES * 1.1);
+  const limit = Math.floor(KUBELET_PLUGIN_MANAGER_LINES * 1.05);
   assert.ok(lines <= limit, `src/pluginmanager holds ${lines} lines, more than ${limit}: cut, or move what is not the plugin manager's`);
 });
 

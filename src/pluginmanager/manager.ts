@@ -133,22 +133,19 @@ export class PluginManager {
   }
 }
 
+/** A Record, so that tsc fails when a hook is added to the observer and not here. */
+const OBSERVER_HOOKS: Record<keyof PluginManagerObserver, true> = {
+  heartbeat: true, socketChanged: true, attemptStarted: true, attemptEnded: true, deregistered: true, watchLimitsChanged: true, stopped: true,
+};
+
 /** One observer that tells each of `observers` in turn, logging what one throws. */
 function guardedObserver(observers: readonly PluginManagerObserver[], log: Logger): Required<PluginManagerObserver> {
-  const each = <Hook extends keyof PluginManagerObserver>(hook: Hook) =>
-    ((...args: unknown[]) => {
-      for (const observer of observers) {
-        const method = observer[hook] as ((...args: unknown[]) => void) | undefined;
-        if (method) guarded(log, "plugin manager observer failed", () => method.apply(observer, args), { hook });
-      }
-    }) as Required<PluginManagerObserver>[Hook];
-  return {
-    heartbeat: each("heartbeat"),
-    socketChanged: each("socketChanged"),
-    attemptStarted: each("attemptStarted"),
-    attemptEnded: each("attemptEnded"),
-    deregistered: each("deregistered"),
-    watchLimitsChanged: each("watchLimitsChanged"),
-    stopped: each("stopped"),
+  const each = (hook: keyof PluginManagerObserver) => (...args: unknown[]) => {
+    for (const observer of observers) {
+      const method = observer[hook] as ((...args: unknown[]) => void) | undefined;
+      if (method) guarded(log, "plugin manager observer failed", () => method.apply(observer, args), { hook });
+    }
   };
+  const hooks = Object.keys(OBSERVER_HOOKS) as (keyof PluginManagerObserver)[];
+  return Object.fromEntries(hooks.map((hook) => [hook, each(hook)])) as Required<PluginManagerObserver>;
 }

@@ -108,9 +108,10 @@ test("a watch directory that cannot be read keeps its sockets through resyncs; o
   assert.deepEqual(removed, []);
   assert.equal(logs.count("info", /readable again/, root), 1, "the root's recovery is logged once");
 
-  // Reads succeed again: the retry (no resync needed) drops only the socket that left.
+  // Reads succeed again: the retries (each path's own backoff, no resync needed) drop only the socket that left.
   faults.heal();
   await until(dsw, (sockets) => !paths(sockets).includes(leaving), "the removed socket dropped");
+  await logs.waitFor("info", /readable again/, sub);
   assert.deepEqual(removed, [leaving]);
   assert.deepEqual(paths(dsw.sockets()), [top, kept].sort());
   assert.equal(logs.count("warn", /cannot read watch directory/, sub), 1);

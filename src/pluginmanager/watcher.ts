@@ -3,10 +3,11 @@
  * of world: one non-recursive `fs.watch` per directory, as the kubelet's
  * inotify (Node's recursive mode is JavaScript on Linux and has crashed on
  * `rm -r`), each event handled to the end by synchronous calls, in the
- * filesystem's order. Beyond the kubelet's: a failed read keeps what is
- * under it (failing-paths.ts: only ENOENT or a listing without it drops a
- * socket), each root's parent is watched so that a root re-created is
- * watched again at once, and what it holds is bounded (watch-limits.ts).
+ * filesystem's order. Beyond the kubelet's: a failed read (EMFILE, EIO)
+ * keeps what is under it (only ENOENT or a listing without it drops a
+ * socket) and is retried with a keyed backoff, 200 ms doubling to 10 s;
+ * each root's parent is watched so that a root re-created is watched again
+ * at once; what it holds is bounded (watch-limits.ts).
  * An event costs what it touched, not what is known: only a directory
  * walked before makes a sync look for entries gone.
  */
@@ -15,7 +16,7 @@ import * as path from "node:path";
 import type { Logger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
 import { messageOf } from "../platform/error-message.ts";
-import { FailingPaths } from "./failing-paths.ts";
+import { OperationExecutor } from "../util/operation-executor.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
 import { type Skipped, WatchLimits, type WatchLimitsOptions, type WatchLimitsReached } from "./watch-limits.ts";
 
@@ -25,10 +26,7 @@ export interface WatcherFileSystem {
   readdir(dir: string): string[];
 }
 
-export const realWatcherFileSystem: WatcherFileSystem = {
-  lstat: (target) => fs.lstatSync(target, { bigint: true }),
-  readdir: (dir) => fs.readdirSync(dir),
-};
+export const realWatcherFileSystem: WatcherFileSystem = { lstat: (target) => fs.lstatSync(target, { bigint: true }), readdir: (dir) => fs.readdirSync(dir) };
 
 export interface PluginWatcherOptions {
   dirs: readonly WatchDir[];
@@ -55,7 +53,13 @@ export class PluginWatcher {
   readonly #parents = new Map<string, Watch>();
   /** Roots that could not be created, warned about once until they can. */
   readonly #uncreatable = new Set<string>();
-  readonly #failing: FailingPaths;
+  /** Paths whose last read failed, each warned about once until it reads again. */
+  readonly #failing = new Set<string>();
+  /** Only its backoff windows are used: when one ends, the path is read again. */
+  readonly #rereads = new OperationExecutor({
+    backoff: { initialMs: 200, maxMs: 10_000 },
+    onReady: (target) => void (this.#running && this.#failing.has(target) && this.#sync(target)),
+  });
   /** Directories walked into: only under these can a sync find something gone. */
   readonly #descended = new Set<string>();
   readonly #limits: WatchLimits;
@@ -67,9 +71,6 @@ export class PluginWatcher {
     this.#log = options.log;
     this.#now = options.now ?? (() => new Date());
     this.#fs = options.fileSystem ?? realWatcherFileSystem;
-    this.#failing = new FailingPaths(this.#log, (targets) => {
-      if (this.#running) for (const target of targets) this.#sync(target);
-    });
     this.#limits = new WatchLimits(this.#log, options.limits ?? {});
   }
 
@@ -120,7 +121,7 @@ export class PluginWatcher {
     for (const socket of this.#dsw.paths()) if (!this.#watchable(path.dirname(socket))) this.#dsw.remove(socket);
     for (const dir of [...this.#watched.keys()]) if (!this.#watchable(dir)) this.#unwatch(this.#watched, dir);
     for (const dir of this.#descended) if (!this.#worthWalking(dir)) this.#descended.delete(dir);
-    this.#failing.forget((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
+    this.#forgetFailing((target) => !this.#worthWalking(target) && !this.#watchable(path.dirname(target)));
     for (const root of this.#uncreatable) if (!after.has(root)) this.#uncreatable.delete(root);
     this.rescan();
   }
@@ -130,12 +131,12 @@ export class PluginWatcher {
     return this.#limits.reached(this.#known());
   }
 
-  /** Closes every watch and the retry timer; the desired state is left as it is. */
+  /** Closes every watch and re-read timer; the desired state is left as it is. */
   stop(): void {
     this.#running = false;
     for (const watches of [this.#watched, this.#parents]) for (const dir of [...watches.keys()]) this.#unwatch(watches, dir);
     this.#descended.clear();
-    this.#failing.forget(() => true);
+    this.#forgetFailing(() => true);
   }
 
   /** Directories whose sockets count: roots, and sub-directories of recursive roots. */
@@ -174,7 +175,7 @@ export class PluginWatcher {
       else this.#dsw.addOrUpdate(socket, inode, this.#now());
     }
     // Failing paths this walk no longer reached went with a parent that was read.
-    this.#failing.forget(gone);
+    this.#forgetFailing(gone);
     this.#limits.walked(walk.skipped, this.#known());
     return walk;
   }
@@ -190,7 +191,7 @@ export class PluginWatcher {
     const stat = this.#read(target, () => this.#fs.lstat(target), "lstat", inWatchable || worthWalking ? walk : null);
     if (stat === undefined) return;
     if (!stat?.isDirectory() || !worthWalking) {
-      this.#failing.settled(target);
+      this.#settled(target);
       if (stat?.isSocket() && inWatchable) walk.found.set(target, inodeOf(stat));
       return;
     }
@@ -204,7 +205,7 @@ export class PluginWatcher {
     walk.descended.add(target);
     const names = this.#read(target, () => this.#fs.readdir(target).sort(), "readdir", walk);
     if (names === undefined) return;
-    this.#failing.settled(target);
+    this.#settled(target);
     for (const name of names ?? []) if (!name.startsWith(".")) this.#walk(path.join(target, name), walk);
   }
 
@@ -217,9 +218,25 @@ export class PluginWatcher {
       if (code === "ENOENT" || code === "ENOTDIR") return null;
       if (walk === null) return undefined;
       walk.unknown.add(target);
-      this.#failing.failed(target, operation, error);
+      if (!this.#failing.has(target)) {
+        const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
+        this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
+      }
+      this.#failing.add(target);
+      this.#rereads.backOff(target);
       return undefined;
     }
+  }
+
+  /** A failing path read again, or (`quietly`) no longer watched or no longer there. */
+  #settled(target: string, quietly = false): void {
+    if (!this.#failing.delete(target)) return;
+    this.#rereads.resetBackoff(target);
+    if (!quietly) this.#log.info("watch path readable again", { path: target });
+  }
+
+  #forgetFailing(unwanted: (target: string) => boolean): void {
+    for (const target of this.#failing) if (unwanted(target)) this.#settled(target, true);
   }
 
   /** Watches each root's parent for the root's name, unless it is a plugin directory (which reports the root already). */
