@@ -54,7 +54,7 @@ export async function registerPlugin(desired: DesiredSocket, context: Registrati
   const { timeouts } = policy.reconcile;
   // Judged as the file opened, which is what is dialled (src/platform/pinned-socket.ts).
   const opened = pinFile(socket);
-  const socketRefusal = socketFileRefusal(socket, opened?.stat ?? null, policy, desired.inode);
+  const socketRefusal = checkSocketFile(socket, policy, desired.inode, opened?.stat ?? null);
   if (socketRefusal) {
     opened?.close();
     return failed(socketRefusal, null);
@@ -149,24 +149,22 @@ export function registeredPluginRefusal(plugin: RegisteredPlugin, policy: Policy
   return "refusal" in decision ? decision.refusal : null;
 }
 
-/** Why the file at `socket` may not be dialled (gone, replaced, not a socket, foreign owner), or null. */
-export function checkSocketFile(socket: string, policy: Policy, inode?: string): Refusal | null {
-  let stat: fs.BigIntStats | null = null;
-  try {
-    stat = fs.lstatSync(socket, { bigint: true });
-  } catch {
-    // judged as missing below
-  }
-  return socketFileRefusal(socket, stat, policy, inode);
-}
-
-function socketFileRefusal(socket: string, stat: fs.BigIntStats | null, policy: Policy, inode?: string): Refusal | null {
+/** Why the file at `socket` (`stat`, null when missing) may not be dialled (gone, replaced, not a socket, foreign owner), or null. */
+export function checkSocketFile(socket: string, policy: Policy, inode?: string, stat: fs.BigIntStats | null = lstatOrNull(socket)): Refusal | null {
   const missing = (error: string): Refusal => ({ reason: "socket_missing", error });
   if (stat === null) return missing(`socket ${socket} no longer exists`);
   if (!stat.isSocket()) return missing(`${socket} is not a unix socket`);
   if (inode !== undefined && inodeOf(stat) !== inode) return missing(`socket ${socket} was re-created during registration`);
   const error = ownerRefusal(policy, Number(stat.uid));
   return error === null ? null : { reason: "socket_owner", error };
+}
+
+function lstatOrNull(target: string): fs.BigIntStats | null {
+  try {
+    return fs.lstatSync(target, { bigint: true });
+  } catch {
+    return null;
+  }
 }
 
 function failed(refusal: Refusal, info: PluginInfoSummary | null): AttemptOutcome {
