@@ -291,7 +291,7 @@ export class EdgeplugAgent {
   #observer(): PluginManagerObserver {
     return {
       heartbeat: (source) => this.health.heartbeat(source),
-      attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.type, attempt.durationMs / 1000, attempt.reason),
+      attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.info?.type ?? null, attempt.durationMs / 1000, attempt.reason),
       watchLimitsChanged: (reached) => this.events.publish({ case: "watchLimits", value: create(WatchLimitsEventSchema, { watchLimits: reached ?? undefined }) }),
     };
   }

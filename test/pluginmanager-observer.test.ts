@@ -4,6 +4,7 @@
  * per attempt that ended, one log line per outcome.
  */
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { handlerFactories } from "../src/handlers/factories.ts";
@@ -11,6 +12,7 @@ import { createLogger } from "../src/log/logger.ts";
 import { PluginStatusCache } from "../src/api/plugin-status.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";
 import type { AttemptReport } from "../src/pluginmanager/manager.ts";
+import { inodeOf } from "../src/pluginmanager/state-of-world.ts";
 import { leaveStaleSocket, sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import { heartbeatCounter, quietLog, startManager, stateOf, until } from "./support/manager-harness.ts";
 import { manualClock } from "./support/manual-clock.ts";
@@ -39,10 +41,11 @@ test("observer: every reconcile pass beats, on desired-state events and on each 
   await heartbeats.reach(afterStart + 1);
 });
 
-test("observer: every attempt that ended reports its socket, type, name, state, duration, reason and error; aborted ones do not", async (t) => {
+test("observer: every attempt that ended reports its socket and inode, state, GetInfo's answer, reason, error, end and duration; aborted ones do not", async (t) => {
   const dir = tempDir(t);
   const attempts: AttemptReport[] = [];
-  const clock = manualClock(Date.now());
+  const startedAt = Date.now();
+  const clock = manualClock(startedAt);
   const status = new PluginStatusCache({ log: quietLog });
   const manager = new PluginManager({
     policy: testPolicy({ watch: [dir], timeouts: { getInfoMs: 30_000 } }),
@@ -71,10 +74,12 @@ test("observer: every attempt that ended reports its socket, type, name, state, 
   const byName = Object.fromEntries(attempts.map((attempt) => [path.basename(attempt.socket), attempt]));
   assert.deepEqual(Object.keys(byName).sort(), ["dead.sock", "good.sock"], "the aborted attempt is not reported");
   assert.deepEqual(byName["good.sock"], {
-    socket: good.socketPath, type: "acme.io/Sensor", name: "acme.io/good", state: "registered", reason: null, error: null, durationMs: 0,
+    socket: good.socketPath, inode: inodeOf(fs.lstatSync(good.socketPath, { bigint: true })), state: "registered",
+    info: { type: "acme.io/Sensor", name: "acme.io/good", endpoint: good.socketPath, versions: ["v1"] },
+    reason: null, error: null, endedAt: startedAt, durationMs: 0,
   });
   const dead = byName["dead.sock"]!;
-  assert.deepEqual([dead.state, dead.type, dead.name, dead.reason, dead.durationMs], ["stale", null, null, "stale", 100]);
+  assert.deepEqual([dead.state, dead.info, dead.reason, dead.endedAt, dead.durationMs], ["stale", null, "stale", startedAt + 100, 100]);
   assert.match(dead.error!, /connection refused/);
 });
 

@@ -6,7 +6,7 @@
  * nothing: it logs each change of state once and tells subscribers.
  */
 import { guarded, type Logger } from "../log/logger.ts";
-import type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "../pluginmanager/manager.ts";
+import type { AttemptReport, PluginManagerObserver, SocketIdentity } from "../pluginmanager/manager.ts";
 import { type DesiredChange, sortedBySocket } from "../pluginmanager/state-of-world.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 
@@ -81,7 +81,7 @@ export class PluginStatusCache implements PluginManagerObserver {
     record.lastAttemptAt = new Date(at);
   }
 
-  attemptEnded({ socket, state, reason, error }: AttemptReport, { inode, info, endedAt }: AttemptDetail): void {
+  attemptEnded({ socket, inode, state, info, reason, error, endedAt }: AttemptReport): void {
     const record = this.#recordOf({ socket, inode });
     if (!record) return;
     const changed = record.state !== state || record.error !== error;

@@ -15,7 +15,7 @@ import type { HandlerFactories } from "./types.ts";
 import { WATCH_LIMITS, type WatchLimitsReached } from "./watch-limits.ts";
 import { PluginWatcher } from "./watcher.ts";
 
-export type { AttemptDetail, AttemptReport, PluginManagerObserver, SocketIdentity } from "./reconciler.ts";
+export type { AttemptReport, PluginManagerObserver, SocketIdentity } from "./reconciler.ts";
 
 export interface PluginManagerOptions {
   policy: Policy;

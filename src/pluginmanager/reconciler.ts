@@ -17,23 +17,16 @@ import type { WatchLimitsReached } from "./watch-limits.ts";
 
 export type SocketIdentity = Pick<DesiredSocket, "socket" | "inode">;
 
-/** One attempt that ended (aborted ones are not reported), for metrics. */
-export interface AttemptReport {
-  socket: string;
-  type: string | null;
-  name: string | null;
+/** One attempt that ended (aborted ones are not reported), for metrics and the status cache. */
+export interface AttemptReport extends SocketIdentity {
   state: Exclude<AttemptState, "aborted">;
-  durationMs: number;
+  /** What GetInfo answered; null when it did not. */
+  info: PluginInfoSummary | null;
   /** null exactly when it registered. */
   reason: AttemptFailure | null;
   error: string | null;
-}
-
-/** What a status cache needs beyond the report: which socket instance, what GetInfo said, when. */
-export interface AttemptDetail {
-  inode: string;
-  info: PluginInfoSummary | null;
   endedAt: number;
+  durationMs: number;
 }
 
 /** What the plugin manager reports (health, metrics, src/api/plugin-status.ts); it reads nothing back, and a throw is logged. */
@@ -44,7 +37,7 @@ export interface PluginManagerObserver {
   socketChanged?(change: DesiredChange): void;
   attemptStarted?(socket: SocketIdentity, at: number): void;
   /** Every attempt that ended, except aborted ones. */
-  attemptEnded?(attempt: AttemptReport, detail: AttemptDetail): void;
+  attemptEnded?(attempt: AttemptReport): void;
   /** A registered plugin left the actual state outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
   deregistered?(socket: SocketIdentity, state: "stale" | "pending", failure: Failure): void;
   /** The watcher started or stopped leaving something out, or left out other counts; null: nothing left out. */
@@ -177,11 +170,9 @@ export class Reconciler {
     const outcome = await registerPlugin(desired, context, signal);
     this.#attempting.delete(desired.socket);
     if (outcome.state !== "aborted") {
-      const { info, ...result } = outcome;
       const endedAt = this.#clock.now();
-      const attempt = { socket: desired.socket, type: info?.type ?? null, name: info?.name ?? null, ...result };
       // Wall-clock times (status shows them); a step back between the two must not record a negative duration.
-      observer.attemptEnded?.({ ...attempt, durationMs: Math.max(0, endedAt - startedAt) }, { inode: desired.inode, info, endedAt });
+      observer.attemptEnded?.({ socket: desired.socket, inode: desired.inode, ...outcome, endedAt, durationMs: Math.max(0, endedAt - startedAt) });
     }
     const result = outcome.state === "registered" ? "succeeded" : outcome.state === "aborted" ? "aborted" : "failed";
     if (context.policy === policy) return result;
