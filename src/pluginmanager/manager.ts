@@ -52,7 +52,7 @@ export class PluginManager {
     }));
     const sockets = () => WATCH_LIMITS.socketsPerPluginSlot * this.#context.policy.security.maxPlugins;
     const changed = () => observer.watchLimitsChanged(this.#watcher.limitsReached());
-    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, now: () => new Date(clock.now()), limits: { sockets, changed } });
+    this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, clock, limits: { sockets, changed } });
     const { resyncMs } = policy.reconcile;
     this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, observer, resyncMs, clock, onResync: () => this.#watcher.rescan() });
   }

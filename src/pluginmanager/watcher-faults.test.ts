@@ -15,6 +15,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { waitForEvent } from "../../test/support/fake-plugin.ts";
+import { manualClock } from "../../test/support/manual-clock.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
 import { createLogger } from "../log/logger.ts";
 import { realWatcherFileSystem, type WatcherFileSystem } from "./watcher.ts";
@@ -118,6 +119,37 @@ test("a watch directory that cannot be read keeps its sockets through resyncs; o
   assert.equal(logs.count("info", /readable again/, sub), 1);
   watcher.rescan();
   assert.equal(logs.records.filter((r) => r.level === "warn").length, 3, "one warning per failing path, none after");
+});
+
+test("a path that keeps failing is read again after 200 ms, then twice as long each time up to 10 s; once it reads, nothing is retried, and a new failure starts at 200 ms", (t) => {
+  const root = path.join(tempDir(t), "registry");
+  fs.mkdirSync(root);
+  const faults = faultyFileSystem();
+  const clock = manualClock();
+  const readsAt: number[] = [];
+  const fileSystem: WatcherFileSystem = {
+    lstat: faults.fileSystem.lstat,
+    readdir(dir) {
+      if (dir === root) readsAt.push(clock.now());
+      return faults.fileSystem.readdir(dir);
+    },
+  };
+  faults.readdirFails.set(root, "EIO");
+  const { watcher } = startWatcher(t, [{ path: root }], { fileSystem, clock });
+  clock.advance(40_000);
+  assert.deepEqual(readsAt, [0, 200, 600, 1400, 3000, 6200, 12_600, 22_600, 32_600]);
+
+  faults.heal();
+  clock.advance(10_000);
+  assert.deepEqual(readsAt.slice(9), [42_600], "read once more, and it succeeded");
+  assert.equal(clock.pendingTimers(), 0, "nothing left to retry");
+
+  faults.readdirFails.set(root, "EMFILE");
+  watcher.rescan();
+  clock.advance(700);
+  assert.deepEqual(readsAt.slice(10), [50_000, 50_200, 50_600], "a new failure starts the backoff afresh");
+  watcher.stop();
+  assert.equal(clock.pendingTimers(), 0, "stop clears the re-read timers");
 });
 
 test("a watch root whose lstat fails keeps its sockets and its watch", async (t) => {

@@ -15,6 +15,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Logger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
 import { messageOf } from "../platform/error-message.ts";
 import { OperationExecutor } from "../util/operation-executor.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
@@ -32,7 +33,8 @@ export interface PluginWatcherOptions {
   dirs: readonly WatchDir[];
   dsw: DesiredStateOfWorld;
   log: Logger;
-  now?: () => Date;
+  /** Discovery times and the re-read backoff. */
+  clock?: Clock;
   fileSystem?: WatcherFileSystem;
   /** Defaults: WATCH_LIMITS.directories; no limit on sockets. */
   limits?: WatchLimitsOptions;
@@ -47,7 +49,7 @@ export class PluginWatcher {
   #dirs: WatchDir[];
   readonly #dsw: DesiredStateOfWorld;
   readonly #log: Logger;
-  readonly #now: () => Date;
+  readonly #clock: Clock;
   readonly #fs: WatcherFileSystem;
   readonly #watched = new Map<string, Watch>();
   readonly #parents = new Map<string, Watch>();
@@ -56,10 +58,7 @@ export class PluginWatcher {
   /** Paths whose last read failed, each warned about once until it reads again. */
   readonly #failing = new Set<string>();
   /** Only its backoff windows are used: when one ends, the path is read again. */
-  readonly #rereads = new OperationExecutor({
-    backoff: { initialMs: 200, maxMs: 10_000 },
-    onReady: (target) => void (this.#running && this.#failing.has(target) && this.#sync(target)),
-  });
+  readonly #rereads: OperationExecutor;
   /** Directories walked into: only under these can a sync find something gone. */
   readonly #descended = new Set<string>();
   readonly #limits: WatchLimits;
@@ -69,7 +68,9 @@ export class PluginWatcher {
     this.#dirs = resolved(options.dirs);
     this.#dsw = options.dsw;
     this.#log = options.log;
-    this.#now = options.now ?? (() => new Date());
+    this.#clock = options.clock ?? systemClock;
+    const onReady = (target: string) => void (this.#running && this.#failing.has(target) && this.#sync(target));
+    this.#rereads = new OperationExecutor({ backoff: { initialMs: 200, maxMs: 10_000 }, clock: this.#clock, onReady });
     this.#fs = options.fileSystem ?? realWatcherFileSystem;
     this.#limits = new WatchLimits(this.#log, options.limits ?? {});
   }
@@ -172,7 +173,7 @@ export class PluginWatcher {
     const socketLimit = this.#limits.sockets;
     for (const [socket, inode] of walk.found) {
       if (this.#dsw.get(socket) === undefined && this.#dsw.size >= socketLimit) walk.skipped.sockets++;
-      else this.#dsw.addOrUpdate(socket, inode, this.#now());
+      else this.#dsw.addOrUpdate(socket, inode, new Date(this.#clock.now()));
     }
     // Failing paths this walk no longer reached went with a parent that was read.
     this.#forgetFailing(gone);
@@ -218,10 +219,8 @@ export class PluginWatcher {
       if (code === "ENOENT" || code === "ENOTDIR") return null;
       if (walk === null) return undefined;
       walk.unknown.add(target);
-      if (!this.#failing.has(target)) {
-        const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
-        this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
-      }
+      const what = operation === "readdir" ? "cannot read watch directory" : "cannot stat watch path";
+      if (!this.#failing.has(target)) this.#log.warn(`${what}; what is registered under it stays until a read succeeds`, { path: target, error: messageOf(error) });
       this.#failing.add(target);
       this.#rereads.backOff(target);
       return undefined;

@@ -4,13 +4,12 @@
  */
 import * as net from "node:net";
 import type { TestContext } from "node:test";
-import type { Logger } from "../../src/log/logger.ts";
 import { createLogger } from "../../src/log/logger.ts";
 import type { WatchDir } from "../../src/policy/types.ts";
 import { DesiredStateOfWorld } from "../../src/pluginmanager/state-of-world.ts";
 import type { DesiredSocket } from "../../src/pluginmanager/state-of-world.ts";
 import { PluginWatcher } from "../../src/pluginmanager/watcher.ts";
-import type { PluginWatcherOptions, WatcherFileSystem } from "../../src/pluginmanager/watcher.ts";
+import type { PluginWatcherOptions } from "../../src/pluginmanager/watcher.ts";
 
 export const quietLog = createLogger({ level: "error", format: "text" });
 
@@ -31,7 +30,7 @@ export function close(server: net.Server): Promise<void> {
 export function startWatcher(
   t: TestContext,
   dirs: (Partial<WatchDir> & { path: string })[],
-  options: { log?: Logger; fileSystem?: WatcherFileSystem; limits?: PluginWatcherOptions["limits"] } = {},
+  options: Partial<Pick<PluginWatcherOptions, "log" | "fileSystem" | "limits" | "clock">> = {},
 ) {
   const dsw = new DesiredStateOfWorld();
   const watcher = new PluginWatcher({
@@ -40,6 +39,7 @@ export function startWatcher(
     log: options.log ?? quietLog,
     fileSystem: options.fileSystem,
     limits: options.limits,
+    clock: options.clock,
   });
   t.after(() => watcher.stop());
   watcher.start();
