@@ -4,8 +4,10 @@
  *   1. esbuild bundles src/sea-main.ts into one CommonJS file (an ESM bundle
  *      breaks on @grpc/grpc-js-style dynamic requires),
  *      with the commit, target and runtime defined in, stored wrapped in a
- *      function (src/platform/sea-bundle.ts), and src/sea-loader.ts, the
- *      executable's main script, which runs it;
+ *      function (src/platform/sea-bundle.ts), and once more per group of
+ *      commands with only that group's commands and `version` (the others'
+ *      modules replaced by a stub that throws), and src/sea-loader.ts, the
+ *      executable's main script, which runs the bundle of the command's group;
  *   2. the target's own pinned Node binary (scripts/node-runtime.ts), natively
  *      or for another architecture under qemu user emulation, runs the bundle's
  *      short commands and makes V8's code cache of it (scripts/code-cache.ts),
@@ -25,9 +27,10 @@ import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
-import { build } from "esbuild";
+import { build, type PluginBuild } from "esbuild";
 import { nodeRuntime } from "./node-runtime.ts";
-import { BUNDLE_ASSET, CODE_CACHE_NAMES, codeCacheAsset, encodeBundle, wrapBundle } from "../src/platform/sea-bundle.ts";
+import { COMMANDS } from "../src/cli/cli.ts";
+import { bundleAsset, CODE_CACHE_COMMANDS, CODE_CACHE_NAMES, type CodeCacheName, codeCacheAsset, encodeBundle, wrapBundle } from "../src/platform/sea-bundle.ts";
 import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
 import {
   elfMachine,
@@ -101,8 +104,8 @@ async function main(): Promise<void> {
   const { target, executable, codeCache } = parseOptions();
   const work = path.join(dist, `build-${target.name}`);
   fs.mkdirSync(work, { recursive: true });
-  const bundleFile = path.join(work, "edgeplug.cjs");
-  const wrappedFile = path.join(work, "edgeplug.wrapped.cjs");
+  const bundleFile = (group: CodeCacheName) => path.join(work, bundleAsset(group));
+  const wrappedFile = (group: CodeCacheName) => path.join(work, bundleAsset(group).replace(/\.cjs$/, ".wrapped.cjs"));
   const loaderFile = path.join(work, "loader.cjs");
   const blobFile = path.join(work, "edgeplug.blob");
   const seaConfigFile = path.join(work, "sea-config.json");
@@ -138,25 +141,29 @@ async function main(): Promise<void> {
     logLevel: "warning",
   } as const;
   const results = await Promise.all([
-    build({
-      ...common,
-      entryPoints: [path.join(root, "src", "sea-main.ts")],
-      outfile: bundleFile,
-      define: {
-        EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit),
-        EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
-        EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
-      },
-    }),
+    ...CODE_CACHE_NAMES.map((group) =>
+      build({
+        ...common,
+        entryPoints: [path.join(root, "src", "sea-main.ts")],
+        outfile: bundleFile(group),
+        define: {
+          EDGEPLUG_BUILD_COMMIT: JSON.stringify(commit),
+          EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
+          EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
+        },
+        plugins: group === "base" ? [] : [onlyCommands(group)],
+      }),
+    ),
     build({ ...common, entryPoints: [path.join(root, "src", "sea-loader.ts")], outfile: loaderFile }),
   ]);
   const warnings = results.reduce((sum, result) => sum + result.warnings.length, 0);
   if (warnings > 0) throw new Error(`esbuild reported ${warnings} warning(s)`);
-  fs.writeFileSync(wrappedFile, encodeBundle(wrapBundle(fs.readFileSync(bundleFile, "utf8"))));
-  step("bundle", `${path.relative(root, bundleFile)} ${mib(fs.statSync(bundleFile).size)}, commit ${commit}`, since);
+  for (const group of CODE_CACHE_NAMES) fs.writeFileSync(wrappedFile(group), encodeBundle(wrapBundle(fs.readFileSync(bundleFile(group), "utf8"))));
+  const sizes = CODE_CACHE_NAMES.map((group) => `${bundleAsset(group)} ${mib(fs.statSync(bundleFile(group)).size)}`);
+  step("bundle", `${sizes.join(", ")}, commit ${commit}`, since);
 
   const [maker, ...makerArgs] = blobMaker.command;
-  const assets: Record<string, string> = { [BUNDLE_ASSET]: wrappedFile };
+  const assets: Record<string, string> = Object.fromEntries(CODE_CACHE_NAMES.map((group) => [bundleAsset(group), wrappedFile(group)]));
   if (blobMaker.useCodeCache) {
     since = performance.now();
     const sizes: string[] = [];
@@ -165,7 +172,7 @@ async function main(): Promise<void> {
       fs.rmSync(file, { force: true });
       // Made under the same V8 flags as the executable runs with: V8 rejects a
       // cache made under other flags, and every function is compiled from source.
-      execFileSync(maker!, [...makerArgs, ...SEA_V8_FLAGS, path.join(root, "scripts", "code-cache.ts"), wrappedFile, name, file], {
+      execFileSync(maker!, [...makerArgs, ...SEA_V8_FLAGS, path.join(root, "scripts", "code-cache.ts"), wrappedFile(name), name, file], {
         stdio: ["ignore", "pipe", "pipe"],
       });
       assets[codeCacheAsset(name)] = file;
@@ -230,6 +237,34 @@ async function main(): Promise<void> {
     step("check", `${line}${runner.prefix.length > 0 ? ` (${runner.description})` : ""}`, since);
   }
   note(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+}
+
+/**
+ * For a group's bundle: src/cli/cli.ts's lazy imports of other commands'
+ * modules (its command table's `import("./NAME.ts")`) load a stub that
+ * throws, so that esbuild leaves those commands and what only they use out.
+ * The loader starts a group's bundle only for its own commands, whose code
+ * never asks for another command's.
+ */
+function onlyCommands(group: Exclude<CodeCacheName, "base">) {
+  const kept = new Set<string>([...CODE_CACHE_COMMANDS[group], "version"]);
+  for (const name of kept) {
+    if (!(name in COMMANDS) || !fs.existsSync(path.join(root, "src", "cli", `${name}.ts`))) throw new Error(`group ${group}: no command module src/cli/${name}.ts`);
+  }
+  return {
+    name: "only-commands",
+    setup(plugin: PluginBuild) {
+      plugin.onResolve({ filter: /^\.\/[a-z-]+\.ts$/ }, (args) => {
+        const name = args.path.slice(2, -3);
+        if (args.kind !== "dynamic-import" || args.importer !== path.join(root, "src", "cli", "cli.ts") || kept.has(name)) return undefined;
+        return { path: name, namespace: "left-out-command" };
+      });
+      plugin.onLoad({ filter: /.*/, namespace: "left-out-command" }, (args) => ({
+        contents: `throw new Error(${JSON.stringify(`edgeplug: the ${args.path} command is not in the bundle of the ${group} commands (src/platform/sea-bundle.ts)`)});`,
+        loader: "js",
+      }));
+    },
+  };
 }
 
 main().catch((error: unknown) => {

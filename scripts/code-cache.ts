@@ -24,8 +24,8 @@ import path from "node:path";
 import process from "node:process";
 import { Script } from "node:vm";
 import {
-  BUNDLE_ASSET,
   builtinRequire,
+  bundleAsset,
   CODE_CACHE_NAMES,
   codeCacheFor,
   decodeBundle,
@@ -58,10 +58,10 @@ async function makeCodeCache(wrappedBundle: string, name: CodeCacheName, output:
   try {
     const policy = path.join(dir, "policy.yaml");
     fs.writeFileSync(policy, policyText(dir));
-    const script = new Script(decodeBundle(fs.readFileSync(wrappedBundle)), { filename: BUNDLE_ASSET });
+    const script = new Script(decodeBundle(fs.readFileSync(wrappedBundle)), { filename: bundleAsset(name) });
     const module: { exports: { main?: Main } } = { exports: {} };
     // The bundle's own entry runs the command in process.argv, as in the executable.
-    process.argv = [process.execPath, BUNDLE_ASSET, "version"];
+    process.argv = [process.execPath, bundleAsset(name), "version"];
     (script.runInThisContext() as WrappedBundle)(builtinRequire, module, module.exports, process.execPath, path.dirname(process.execPath), "absent");
     const main = module.exports.main;
     if (typeof main !== "function") throw new Error("the bundle exports no main (src/sea-main.ts)");

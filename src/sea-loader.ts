@@ -1,8 +1,9 @@
 /**
- * The single executable's main script (scripts/build.ts). It runs the bundle
- * of src/sea-main.ts, which the executable carries as an asset, with V8's
- * code cache of that bundle made after the build had it run the commands
- * people time (scripts/code-cache.ts). The cache Node makes for a SEA's main
+ * The single executable's main script (scripts/build.ts). It runs a bundle
+ * of src/sea-main.ts, which the executable carries as assets: the one of the
+ * command's group (CODE_CACHE_COMMANDS), with V8's code cache of that bundle
+ * made after the build had it run the group's commands
+ * (scripts/code-cache.ts). The cache Node makes for a SEA's main
  * script holds only what V8 compiles before the script runs, its top level,
  * so every function a command called was compiled from source on every
  * start; from these caches (one per group of commands: CODE_CACHE_COMMANDS)
@@ -20,8 +21,8 @@ import process from "node:process";
 import { getAssetKeys, getRawAsset } from "node:sea";
 import { Script } from "node:vm";
 import {
-  BUNDLE_ASSET,
   builtinRequire,
+  bundleAsset,
   codeCacheAsset,
   codeCacheFor,
   decodeBundle,
@@ -32,10 +33,11 @@ import { startWithCleanEnvironment } from "./platform/clean-start.ts";
 
 startWithCleanEnvironment();
 
-const cacheAsset = codeCacheAsset(codeCacheFor(process.argv.slice(2)));
+const group = codeCacheFor(process.argv.slice(2));
+const cacheAsset = codeCacheAsset(group);
 // Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 took 5 to 10 ms).
 const cachedData = getAssetKeys().includes(cacheAsset) ? Buffer.from(getRawAsset(cacheAsset)) : undefined;
-const script = new Script(decodeBundle(new Uint8Array(getRawAsset(BUNDLE_ASSET))), { filename: BUNDLE_ASSET, cachedData });
+const script = new Script(decodeBundle(new Uint8Array(getRawAsset(bundleAsset(group)))), { filename: bundleAsset(group), cachedData });
 const state: CodeCacheState = cachedData === undefined ? "absent" : script.cachedDataRejected === true ? "rejected" : "accepted";
 const module = { exports: {} };
 (script.runInThisContext() as WrappedBundle)(builtinRequire, module, module.exports, process.execPath, path.dirname(process.execPath), state);

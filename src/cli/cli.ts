@@ -29,7 +29,7 @@ type CommandLoader = () => Promise<Command>;
 export const COMMANDS: Readonly<Record<string, CommandLoader>> = {
   run: async () => (await import("./run.ts")).runCommand,
   validate: async () => (await import("./validate.ts")).validateCommand,
-  policy: async () => (await import("./policy-show.ts")).policyCommand,
+  policy: async () => (await import("./policy.ts")).policyCommand,
   probe: async () => (await import("./probe.ts")).probeCommand,
   status: async () => (await import("./status.ts")).statusCommand,
   allocate: async () => (await import("./allocate.ts")).allocateCommand,
