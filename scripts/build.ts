@@ -30,7 +30,7 @@ import { parseArgs } from "node:util";
 import { build, type PluginBuild } from "esbuild";
 import { nodeRuntime } from "./node-runtime.ts";
 import { COMMANDS } from "../src/cli/cli.ts";
-import { bundleAsset, CODE_CACHE_COMMANDS, CODE_CACHE_NAMES, type CodeCacheName, codeCacheAsset, encodeBundle, wrapBundle } from "../src/platform/sea-bundle.ts";
+import { bundleAsset, CODE_CACHE_NAMES, type CodeCacheName, codeCacheAsset, encodeBundle, groupBundleCommands, wrapBundle } from "../src/platform/sea-bundle.ts";
 import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
 import {
   elfMachine,
@@ -247,7 +247,7 @@ async function main(): Promise<void> {
  * never asks for another command's.
  */
 function onlyCommands(group: Exclude<CodeCacheName, "base">) {
-  const kept = new Set<string>([...CODE_CACHE_COMMANDS[group], "version"]);
+  const kept = groupBundleCommands(group);
   for (const name of kept) {
     if (!(name in COMMANDS) || !fs.existsSync(path.join(root, "src", "cli", `${name}.ts`))) throw new Error(`group ${group}: no command module src/cli/${name}.ts`);
   }

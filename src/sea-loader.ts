@@ -34,10 +34,11 @@ import { startWithCleanEnvironment } from "./platform/clean-start.ts";
 startWithCleanEnvironment();
 
 const group = codeCacheFor(process.argv.slice(2));
+const bundle = bundleAsset(group);
 const cacheAsset = codeCacheAsset(group);
 // Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 took 5 to 10 ms).
 const cachedData = getAssetKeys().includes(cacheAsset) ? Buffer.from(getRawAsset(cacheAsset)) : undefined;
-const script = new Script(decodeBundle(new Uint8Array(getRawAsset(bundleAsset(group)))), { filename: bundleAsset(group), cachedData });
+const script = new Script(decodeBundle(new Uint8Array(getRawAsset(bundle))), { filename: bundle, cachedData });
 const state: CodeCacheState = cachedData === undefined ? "absent" : script.cachedDataRejected === true ? "rejected" : "accepted";
 const module = { exports: {} };
 (script.runInThisContext() as WrappedBundle)(builtinRequire, module, module.exports, process.execPath, path.dirname(process.execPath), state);

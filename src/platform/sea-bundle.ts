@@ -7,9 +7,6 @@
 import { Buffer } from "node:buffer";
 import process from "node:process";
 
-/** The whole bundle, which `base` runs. */
-export const BUNDLE_ASSET = "edgeplug.cjs";
-
 /**
  * Groups of commands, each with a bundle of its own (only its commands and
  * `version`, which scripts/code-cache.ts runs first) and a V8 code cache made
@@ -31,8 +28,14 @@ export const CODE_CACHE_COMMANDS = {
 export type CodeCacheName = keyof typeof CODE_CACHE_COMMANDS;
 export const CODE_CACHE_NAMES = Object.keys(CODE_CACHE_COMMANDS) as CodeCacheName[];
 
+/** `base` runs the whole bundle. */
 export function bundleAsset(name: CodeCacheName): string {
-  return name === "base" ? BUNDLE_ASSET : `edgeplug.${name}.cjs`;
+  return name === "base" ? "edgeplug.cjs" : `edgeplug.${name}.cjs`;
+}
+
+/** The commands the bundle of the group `name` holds: its own and `version`. */
+export function groupBundleCommands(name: Exclude<CodeCacheName, "base">): ReadonlySet<string> {
+  return new Set([...CODE_CACHE_COMMANDS[name], "version"]);
 }
 
 export function codeCacheAsset(name: CodeCacheName): string {
