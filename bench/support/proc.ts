@@ -43,3 +43,55 @@ export function residentMemory(pid: number): ResidentMemory {
   };
   return { rssKiB: field("VmRSS"), anonKiB: field("RssAnon"), fileKiB: field("RssFile") };
 }
+
+/** How the kernel has mapped an executable's pages into a process, in 64 KiB blocks. */
+export interface ExecutablePageBlocks {
+  residentKiB: number;
+  /** 64 KiB-aligned blocks of the executable's mappings with at least one page resident. */
+  blocksTouched: number;
+  /** Of those, blocks with all 16 pages resident: the kernel maps file pages around a fault (fault-around, 64 KiB by default), so one touched page brings its neighbours into RSS. */
+  blocksFullyResident: number;
+}
+
+const PAGE = 4096;
+const BLOCK = 64 * 1024;
+
+/**
+ * Reads /proc/PID/pagemap (the "present" bit, which needs no privilege) over
+ * the mappings of `executable` in `pid`; null where /proc has no pagemap.
+ */
+export function executablePageBlocks(pid: number, executable: string): ExecutablePageBlocks | null {
+  const realExecutable = fs.realpathSync(executable);
+  const ranges = fs
+    .readFileSync(`/proc/${pid}/maps`, "utf8")
+    .split("\n")
+    .map((line) => line.split(/\s+/))
+    .filter((fields) => fields[5] === realExecutable)
+    .map((fields) => fields[0]!.split("-").map((hex) => Number.parseInt(hex, 16)) as [number, number]);
+  let pagemap: number;
+  try {
+    pagemap = fs.openSync(`/proc/${pid}/pagemap`, "r");
+  } catch {
+    return null;
+  }
+  try {
+    const pagesPerBlock = new Map<number, number>();
+    let residentPages = 0;
+    for (const [start, end] of ranges) {
+      const pages = (end - start) / PAGE;
+      const entries = Buffer.alloc(pages * 8);
+      fs.readSync(pagemap, entries, 0, entries.length, (start / PAGE) * 8);
+      for (let page = 0; page < pages; page++) {
+        if ((entries.readBigUInt64LE(page * 8) >> 63n) === 0n) continue;
+        residentPages++;
+        const block = Math.floor((start + page * PAGE) / BLOCK);
+        pagesPerBlock.set(block, (pagesPerBlock.get(block) ?? 0) + 1);
+      }
+    }
+    let fullBlocks = 0;
+    for (const count of pagesPerBlock.values()) if (count === BLOCK / PAGE) fullBlocks++;
+    return { residentKiB: (residentPages * PAGE) / 1024, blocksTouched: pagesPerBlock.size, blocksFullyResident: fullBlocks };
+  } finally {
+    fs.closeSync(pagemap);
+  }
+}

@@ -13,6 +13,12 @@ const BATCH = 20;
 const SAMPLE_EVERY_MS = 10_000;
 /** As the idle window: lets the last round's garbage go before the final reading. */
 const SETTLE_MS = 2000;
+/**
+ * Then a quiet spell as long as V8 takes to see the isolate idle and run its
+ * memory reducer (a few full collections that give heap pages back), so the
+ * last reading says whether the churn left anything behind.
+ */
+const REST_MS = 30_000;
 
 export interface ChurnResult {
   durationMs: number;
@@ -26,6 +32,10 @@ export interface ChurnResult {
   /** After the churn and a settle of SETTLE_MS. */
   after: ResidentMemory;
   growthKiB: number;
+  /** REST_MS later, nothing having happened since `after`. */
+  afterRest: { restMs: number } & ResidentMemory;
+  /** afterRest less before: what the churn left behind. */
+  growthAfterRestKiB: number;
 }
 
 /** Churns batches of plugins through `agent` for `durationMs`, the registered ones staying. */
@@ -53,6 +63,8 @@ export async function measureChurn(agent: RunningAgent, host: PluginHost, durati
   const durationSpent = performance.now() - started;
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const after = residentMemory(agent.pid);
+  await new Promise((resolve) => setTimeout(resolve, REST_MS));
+  const afterRest = residentMemory(agent.pid);
   return {
     durationMs: Math.round(durationSpent),
     rounds,
@@ -62,5 +74,7 @@ export async function measureChurn(agent: RunningAgent, host: PluginHost, durati
     maxRssKiB: Math.max(before.rssKiB, after.rssKiB, ...samples.map((sample) => sample.rssKiB)),
     after,
     growthKiB: after.rssKiB - before.rssKiB,
+    afterRest: { restMs: REST_MS, ...afterRest },
+    growthAfterRestKiB: afterRest.rssKiB - before.rssKiB,
   };
 }
