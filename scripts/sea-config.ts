@@ -14,7 +14,7 @@ export const SEA_EXEC_ARGV: readonly string[] = ["--disable-sigusr1"];
 
 /**
  * V8 flags the executable always runs with, chosen for a small, flat RSS
- * (`npm run bench -- registration`, README "Memory"):
+ * (`npm run bench -- registration`, docs/performance.md, "Memory"):
  * - `--max-semi-space-size=2`: a young generation of 2 MiB semi-spaces
  *   instead of up to 16 MiB (1 MiB saved no more).
  * The daemon adds `--heap-growing-percent=10` once it has started

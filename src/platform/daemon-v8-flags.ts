@@ -1,7 +1,7 @@
 /**
  * The V8 flags the daemon runs with once it has started, chosen for a small,
  * flat RSS that does not cost the large device lists their speed
- * (`npm run bench -- registration` and `-- devices`, README "Memory"):
+ * (`npm run bench -- registration` and `-- devices`, docs/performance.md, "Memory"):
  * `--heap-growing-percent=10` lets the heap grow by 10 % between full
  * collections instead of V8's default factor (up to 4), which keeps RSS flat
  * over plugin churn (98 MB over 90 s of churn, where the default grew past
