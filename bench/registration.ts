@@ -17,7 +17,7 @@
  * of the two, see support/registration-paired.ts), BENCH_REGISTRATION_PAIRED_ONLY
  * (with a baseline: only the paired run), BENCH_CHURN_MS (how long plugins
  * churn after the idle window, 30 s by default; 600000 for the 10-minute
- * figure; 0 skips it; the agent then rests 30 s for a last reading),
+ * figure; 0 skips it; the agent then rests 120 s for a last reading),
  * BENCH_REGISTRATION_NODE_OPTIONS (Node/V8 flags for the
  * agent, through the executable's --node-options debug switch).
  */

@@ -14,11 +14,12 @@ const SAMPLE_EVERY_MS = 10_000;
 /** As the idle window: lets the last round's garbage go before the final reading. */
 const SETTLE_MS = 2000;
 /**
- * Then a quiet spell as long as V8 takes to see the isolate idle and run its
- * memory reducer (a few full collections that give heap pages back), so the
- * last reading says whether the churn left anything behind.
+ * Then a quiet spell long enough for V8's memory reducer, which gives heap
+ * pages back 8 s after a full collection or, when none comes once the
+ * churn stops, at its watchdog about 100 s after the last: only then does the
+ * last reading say what the churn left behind (measured: 30 s was often too soon).
  */
-const REST_MS = 30_000;
+const REST_MS = 120_000;
 
 export interface ChurnResult {
   durationMs: number;
