@@ -28,6 +28,7 @@ import { logDescriptorLimit } from "./platform/fd-limit.ts";
 import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
 import type { Policy } from "./policy/types.ts";
 import type { Clock } from "./platform/clock.ts";
+import type { SocketIdentity } from "./platform/pinned-socket.ts";
 import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
 import { REGISTRATION_ATTEMPTS_AT_ONCE } from "./pluginmanager/registration.ts";
 import { PluginStatusCache } from "./api/plugin-status.ts";
@@ -102,10 +103,10 @@ export class EdgeplugAgent {
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
       observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
-      liveElsewhere: (realPath) => csiDraEndpointHolder(this.#csiDra, realPath),
+      liveElsewhere: (endpoint) => csiDraEndpointHolder(this.#csiDra, endpoint),
     });
     // The rules of the policy in force (a reload changes them for the next registration), and the device plugins' endpoints.
-    const liveElsewhere = (realPath: string) => this.devices.endpointHolder(realPath);
+    const liveElsewhere = (endpoint: SocketIdentity) => this.devices.endpointHolder(endpoint);
     this.#csiDra = csiDraDrivers({ log, dialTimeoutMs: policy.reconcile.timeouts.dialMs, endpointRules: () => endpointRules(this.#policy), liveElsewhere });
     this.pluginStatus = new PluginStatusCache({ log });
     this.manager = new PluginManager({

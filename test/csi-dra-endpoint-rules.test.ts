@@ -122,6 +122,11 @@ for (const kind of KINDS) {
     await assertRefused(handler, registration(kind.endpointOf(path.join(dir, "registry-link", "other-reg.sock"))), notItsOwn);
     fs.symlinkSync(dir, path.join(dir, "node-link"));
     await assertRefused(handler, registration(kind.endpointOf(path.join(dir, "node-link", "api.sock"))), /is one of edgeplug's own sockets/);
+    // A hard link is another name for the same socket: compared by inode, not by path.
+    const hardLink = path.join(plugins, "driver-x", "svc.sock");
+    fs.mkdirSync(path.dirname(hardLink));
+    fs.linkSync(apiSocket, hardLink);
+    await assertRefused(handler, registration(kind.endpointOf(hardLink)), /endpoint ".*\/driver-x\/svc\.sock" is a hard link to edgeplug's own socket ".*\/api\.sock"/);
     assert.deepEqual([api.accepted, other.accepted], [0, 0], "neither was dialled");
   });
 

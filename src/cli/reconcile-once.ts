@@ -41,14 +41,14 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   // Each side's endpoint rule asks the other, which is built after it.
   let csiDra: CsiDraDrivers | undefined;
   try {
-    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (realPath) => csiDra && csiDraEndpointHolder(csiDra, realPath));
+    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (endpoint) => csiDra && csiDraEndpointHolder(csiDra, endpoint));
   } catch (error) {
     return cannotStart(error, io, settings.output);
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
   const rules = endpointRules(policy);
-  csiDra = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (realPath) => devices.endpointHolder(realPath) });
+  csiDra = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (endpoint) => devices.endpointHolder(endpoint) });
   const handlers = handlerFactories(devices, csiDra);
   manager = new PluginManager({ policy, log: io.log, handlers, observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
   try {

@@ -9,6 +9,7 @@ import { CsiDrivers } from "./csi.ts";
 import type { PluginDetails } from "./csi-dra-status.ts";
 import { DraDrivers } from "./dra.ts";
 import type { EndpointHolder, LiveEndpointLookup, WatchedEndpointRules } from "./endpoint-rules.ts";
+import type { SocketIdentity } from "../platform/pinned-socket.ts";
 
 /** The long-lived registries behind the CSIPlugin and DRAPlugin handlers. */
 export interface CsiDraDrivers {
@@ -34,9 +35,9 @@ export function csiDraDrivers(settings: CsiDraSettings = {}): CsiDraDrivers {
   };
 }
 
-/** The CSI or DRA driver registered with the socket at `realPath` as its endpoint, for the device plugins' endpoint rule. */
-export function csiDraEndpointHolder(drivers: CsiDraDrivers, realPath: string): EndpointHolder | undefined {
-  return drivers.csi.endpointHolder(realPath) ?? drivers.dra.endpointHolder(realPath);
+/** The CSI or DRA driver registered with `endpoint` (by path or inode) as its endpoint, for the device plugins' endpoint rule. */
+export function csiDraEndpointHolder(drivers: CsiDraDrivers, endpoint: SocketIdentity): EndpointHolder | undefined {
+  return drivers.csi.endpointHolder(endpoint) ?? drivers.dra.endpointHolder(endpoint);
 }
 
 /** What the CSI and DRA handlers add to a plugin's status. */

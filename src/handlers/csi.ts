@@ -16,7 +16,7 @@ import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { messageOf } from "../platform/error-message.ts";
-import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
 import { queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
 import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
@@ -38,8 +38,8 @@ interface CsiDriver {
   readonly name: string;
   readonly socket: string;
   readonly endpoint: string;
-  /** The endpoint's socket by its real path, as opened at RegisterPlugin. */
-  readonly realEndpoint: string | null;
+  /** The endpoint's socket by its real path and inode, as opened at RegisterPlugin. */
+  readonly realEndpoint: SocketIdentity | null;
   readonly version: GenericVersion;
   /** Set once NodeGetInfo answered. */
   info: CsiNodeInfo | null;
@@ -95,10 +95,10 @@ export class CsiDrivers {
     });
   }
 
-  /** The registered driver whose endpoint is the socket at `realPath`, for the other kinds' endpoint rule. */
-  endpointHolder(realPath: string): EndpointHolder | undefined {
+  /** The registered driver whose endpoint is `endpoint` (by path or inode), for the other kinds' endpoint rule. */
+  endpointHolder(endpoint: SocketIdentity): EndpointHolder | undefined {
     for (const driver of this.#drivers.values()) {
-      if (driver.realEndpoint === realPath) return { kind: "CSI driver", name: driver.name };
+      if (driver.realEndpoint !== null && isSameSocket(driver.realEndpoint, endpoint)) return { kind: "CSI driver", name: driver.name };
     }
     return undefined;
   }
@@ -133,7 +133,7 @@ export class CsiDrivers {
     const version = this.#validate("RegisterPlugin", plugin);
     // Judged again, before the registered driver of this name can be replaced: the one opened now is the one dialled.
     const endpoint = this.#openEndpoint("RegisterPlugin", plugin);
-    const realEndpoint = "pinned" in endpoint ? endpoint.pinned.realPath : null;
+    const realEndpoint = "pinned" in endpoint ? { realPath: endpoint.pinned.realPath, stat: endpoint.pinned.stat } : null;
     const driver: CsiDriver = { name: plugin.name, socket: plugin.socket, endpoint: plugin.endpoint, realEndpoint, version, info: null };
     const replaced = this.#drivers.get(plugin.name);
     this.#drivers.set(plugin.name, driver);

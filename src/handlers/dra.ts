@@ -21,7 +21,7 @@ import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { canonicalSocketPath } from "../platform/canonical-path.ts";
 import { messageOf } from "../platform/error-message.ts";
-import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
 import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
@@ -45,8 +45,8 @@ export interface DraDriversOptions {
 /** One registered instance of a driver. */
 interface DraInstance {
   readonly plugin: PluginRegistration;
-  /** The endpoint by its real path, which a second registration of the same socket is compared with. */
-  readonly realEndpoint: string;
+  /** The endpoint by its real path and inode, which a second registration of the same socket is compared with. */
+  readonly realEndpoint: SocketIdentity;
   readonly service: string;
   /** Registration order: the newest connected instance is preferred. */
   readonly sequence: number;
@@ -85,7 +85,7 @@ export class DraDrivers {
       validatePlugin: async (plugin) => {
         const endpoint = this.#openEndpoint(plugin, chooseService(plugin.versions));
         if ("pinned" in endpoint) endpoint.pinned.close();
-        this.#refuseTakenEndpoint(plugin);
+        this.#refuseTakenEndpoint(plugin, "pinned" in endpoint ? endpoint.pinned : { realPath: canonicalSocketPath(plugin.endpoint) });
       },
       registerPlugin: (plugin, signal) => this.#register(plugin, signal, context),
       deregisterPlugin: (plugin) => this.#deregister(plugin),
@@ -97,10 +97,10 @@ export class DraDrivers {
     return this.#preferredInstance(driver)?.plugin;
   }
 
-  /** The driver of the registered instance whose endpoint is the socket at `realPath`, for the other kinds' endpoint rule. */
-  endpointHolder(realPath: string): EndpointHolder | undefined {
+  /** The driver of the registered instance whose endpoint is `endpoint` (by path or inode), for the other kinds' endpoint rule. */
+  endpointHolder(endpoint: SocketIdentity): EndpointHolder | undefined {
     for (const [driver, instances] of this.#drivers) {
-      for (const instance of instances.values()) if (instance.realEndpoint === realPath) return { kind: "DRA driver", name: driver };
+      for (const instance of instances.values()) if (isSameSocket(instance.realEndpoint, endpoint)) return { kind: "DRA driver", name: driver };
     }
     return undefined;
   }
@@ -161,12 +161,11 @@ export class DraDrivers {
   }
 
   /** The kubelet refuses a second registration of an endpoint; so does edgeplug, whichever driver holds it. */
-  #refuseTakenEndpoint(plugin: PluginRegistration): void {
-    // Compared by real path: the same socket named through a linked directory is the same endpoint.
-    const endpoint = canonicalSocketPath(plugin.endpoint);
+  #refuseTakenEndpoint(plugin: PluginRegistration, endpoint: SocketIdentity): void {
+    // Compared by real path and inode: the same socket named through a linked directory, or a hard link, is the same endpoint.
     for (const [driver, instances] of this.#drivers) {
       for (const instance of instances.values()) {
-        if (instance.realEndpoint === endpoint && instance.plugin.socket !== plugin.socket) {
+        if (isSameSocket(instance.realEndpoint, endpoint) && instance.plugin.socket !== plugin.socket) {
           throw new Error(`endpoint ${plugin.endpoint} already registered for DRA driver plugin ${driver}`);
         }
       }
@@ -181,7 +180,7 @@ export class DraDrivers {
     if ("missing" in opened) throw new Error(cannotConnect("missing", opened.missing));
     const endpoint = opened.pinned;
     try {
-      this.#refuseTakenEndpoint(plugin);
+      this.#refuseTakenEndpoint(plugin, endpoint);
     } catch (error) {
       endpoint.close();
       throw error;
@@ -199,7 +198,7 @@ export class DraDrivers {
     this.#deregister(plugin, { quiet: true });
     const instance: DraInstance = {
       plugin: { ...plugin, versions: [...plugin.versions] },
-      realEndpoint: endpoint.realPath,
+      realEndpoint: { realPath: endpoint.realPath, stat: endpoint.stat },
       service,
       sequence: ++this.#sequence,
       channel,

@@ -14,6 +14,8 @@
  * edgeplug's own sockets; never the live endpoint of a plugin of another
  * kind (a CSI or DRA driver naming a device plugin's socket, or the other
  * way round), which edgeplug would otherwise dial as what it is not.
+ * Sockets are compared by inode as well as by real path: a hard link is
+ * another name for the same socket.
  *
  * The rules judge the socket opened for dialling (src/platform/pinned-socket.ts),
  * so a plugin cannot swap it between the rules and the dial.
@@ -27,7 +29,7 @@
 import * as path from "node:path";
 import process from "node:process";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
-import { pinSocket, type PinnedSocket } from "../platform/pinned-socket.ts";
+import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
 import type { Policy } from "../policy/types.ts";
 
 export interface WatchedEndpointRules {
@@ -47,16 +49,27 @@ export interface EndpointHolder {
 }
 
 /**
- * The live plugin of another kind whose endpoint is the socket at `realPath`,
- * if any. Handlers know nothing of one another: the composition root hands
- * each the others' lookup.
+ * The live plugin of another kind whose endpoint is `endpoint` (by path or
+ * inode), if any. Handlers know nothing of one another: the composition
+ * root hands each the others' lookup.
  */
-export type LiveEndpointLookup = (realPath: string) => EndpointHolder | undefined;
+export type LiveEndpointLookup = (endpoint: SocketIdentity) => EndpointHolder | undefined;
 
 /** The refusal of `realPath` to a plugin of `kind` when `holder`, of another kind, serves it. */
 export function liveEndpointRefusal(realPath: string, holder: EndpointHolder | undefined, kind: EndpointHolder["kind"]): string | null {
   if (holder === undefined || holder.kind === kind) return null;
   return `endpoint ${JSON.stringify(realPath)} is the live endpoint of ${holder.kind} ${holder.name}; a ${kind} must serve a socket of its own`;
+}
+
+/** The refusal of `endpoint` when it is one of edgeplug's own sockets, by path or through a hard link; or null. */
+export function ownSocketRefusal(endpoint: SocketIdentity, ownSockets: readonly string[]): string | null {
+  const quoted = JSON.stringify(endpoint.realPath);
+  for (const own of ownSockets) {
+    if (canonicalSocketPath(own) === endpoint.realPath) return `endpoint ${quoted} is one of edgeplug's own sockets`;
+    const served = socketAt(own);
+    if (served !== null && isSameSocket(endpoint, served)) return `endpoint ${quoted} is a hard link to edgeplug's own socket ${JSON.stringify(own)}`;
+  }
+  return null;
 }
 
 /** The rules `policy` sets. */
@@ -78,7 +91,8 @@ export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" |
   const { realPath } = endpoint;
   const uid = Number(endpoint.stat.uid);
   const quoted = JSON.stringify(realPath);
-  if (rules.ownSockets.some((own) => canonicalSocketPath(own) === realPath)) return `endpoint ${quoted} is one of edgeplug's own sockets`;
+  const own = ownSocketRefusal(endpoint, rules.ownSockets);
+  if (own !== null) return own;
   const watchDirs = rules.watchDirs.map(canonicalDirectory);
   if (realPath !== canonicalSocketPath(registrationSocket) && watchDirs.some((dir) => isInside(realPath, dir))) {
     return `endpoint ${quoted} is in a watched directory but is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
@@ -116,7 +130,7 @@ export function pinServiceEndpoint(
   if ("refused" in opened) return opened.missing ? { missing: opened.refused } : { refused: opened.refused };
   const refused =
     watchedEndpointRefusal(opened, registrationSocket, rules) ??
-    liveEndpointRefusal(opened.realPath, liveElsewhere?.(opened.realPath), kind === "CSI" ? "CSI driver" : "DRA driver");
+    liveEndpointRefusal(opened.realPath, liveElsewhere?.(opened), kind === "CSI" ? "CSI driver" : "DRA driver");
   if (refused === null) return { pinned: opened };
   opened.close();
   return { refused };

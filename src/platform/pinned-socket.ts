@@ -35,6 +35,32 @@ export interface PinnedSocket {
   close(): void;
 }
 
+/**
+ * A socket as the endpoint rules compare it: by its real path, and by its
+ * inode where that is known. A hard link is a second path to one inode, so
+ * paths alone would let a plugin name another plugin's socket, or
+ * edgeplug's own, under a name of its own.
+ */
+export interface SocketIdentity {
+  readonly realPath: string;
+  readonly stat?: Pick<fs.BigIntStats, "dev" | "ino">;
+}
+
+/** Whether `a` and `b` are one socket: the same real path, or the same inode on the same device. */
+export function isSameSocket(a: SocketIdentity, b: SocketIdentity): boolean {
+  if (a.realPath === b.realPath) return true;
+  return a.stat !== undefined && b.stat !== undefined && a.stat.dev === b.stat.dev && a.stat.ino === b.stat.ino;
+}
+
+/** The socket at `file` now, its links followed (edgeplug's own sockets, which it made itself); null when nothing is there. */
+export function socketAt(file: string): SocketIdentity | null {
+  try {
+    return { realPath: canonicalSocketPath(file), stat: fs.statSync(file, { bigint: true }) };
+  } catch {
+    return null;
+  }
+}
+
 /** Linux's O_PATH (the same on x86-64 and arm64); Node does not export it. */
 const O_PATH = 0o10000000;
 

@@ -18,6 +18,13 @@ export interface PluginConnectionsOptions {
   settings: () => Pick<DeviceSettings, "dialTimeoutMs" | "maxDevicesPerResource">;
   /** The checkpoint's data changed; `soon` false for device lists, whose writes are coalesced. */
   checkpointChanged: (soon: boolean) => void;
+  /**
+   * Why `endpoint`, dialled for its resource, may not be attached (another
+   * plugin took its socket while it was dialled), or null: the rules judged
+   * it before the dial, and again here, since two registrations naming one
+   * socket (by two paths) may have been dialled at once.
+   */
+  refusal?: (endpoint: DevicePluginEndpoint) => string | null;
 }
 
 export class PluginConnections {
@@ -47,6 +54,11 @@ export class PluginConnections {
     if (stopped()) {
       endpoint.close();
       throw new Error("the device manager is stopping");
+    }
+    const refused = this.#options.refusal?.(endpoint) ?? null;
+    if (refused !== null) {
+      endpoint.close();
+      throw new Error(refused);
     }
     const replaced = this.#options.resources.attach(endpoint);
     if (replaced) this.close(replaced);

@@ -14,7 +14,7 @@ import { ListAndWatchResponseViewSchema } from "../../gen/edgeplug/v1/device_lis
 import { dialUnix, type UnixChannel } from "../../rpc/unix-channel.ts";
 import { pause, systemClock } from "../../platform/clock.ts";
 import { peerMessageOf } from "../../platform/error-message.ts";
-import type { PinnedSocket } from "../../platform/pinned-socket.ts";
+import type { PinnedSocket, SocketIdentity } from "../../platform/pinned-socket.ts";
 import type { DeviceList } from "./device-list.ts";
 import { listRegion, readDeviceList, sameBytes } from "./device-list-reader.ts";
 import { ListBudget } from "./list-budget.ts";
@@ -47,7 +47,7 @@ export interface EndpointOptions {
   /** Absolute path of the plugin's DevicePlugin socket. */
   socket: string;
   /** That socket opened for dialling: dialled instead of `socket`, closed with the endpoint. */
-  pinned?: Pick<PinnedSocket, "dialPath" | "close">;
+  pinned?: Pick<PinnedSocket, "dialPath" | "close"> & Partial<Pick<PinnedSocket, "stat">>;
   dialTimeoutMs: number;
   /** Largest device list accepted in one message (security.maxDevicesPerResource). */
   maxDevices: number;
@@ -83,6 +83,8 @@ const LIST_MS_PER_DEVICE = 0.01;
 export class DevicePluginEndpoint {
   readonly resource: string;
   readonly socket: string;
+  /** The socket by real path and, when it was opened, inode: what other plugins' endpoints are compared with. */
+  readonly identity: SocketIdentity;
   options: DevicePluginOptions | null = null;
   readonly #channel: UnixChannel;
   readonly #client: Client<typeof DevicePlugin>;
@@ -95,6 +97,7 @@ export class DevicePluginEndpoint {
   constructor(options: EndpointOptions) {
     this.resource = options.resource;
     this.socket = options.socket;
+    this.identity = { realPath: options.socket, stat: options.pinned?.stat };
     this.#maxDevices = options.maxDevices;
     this.#pinned = options.pinned;
     const dial = { connectPath: options.pinned?.dialPath, connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES };

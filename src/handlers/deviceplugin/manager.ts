@@ -27,8 +27,8 @@ import { PodDevices, type RestoreResult } from "./pod-devices.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal } from "./endpoint-check.ts";
-import { defaultEndpointRules, liveEndpointRefusal, watchedEndpointRefusal, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoint-rules.ts";
-import type { PinnedSocket } from "../../platform/pinned-socket.ts";
+import { defaultEndpointRules, liveEndpointRefusal, ownSocketRefusal, watchedEndpointRefusal, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoint-rules.ts";
+import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../../platform/pinned-socket.ts";
 
 export type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 
@@ -76,6 +76,7 @@ export class DeviceManager {
       log: this.#log,
       settings: () => this.#settings,
       checkpointChanged: (soon) => this.#checkpoint.changed(soon),
+      refusal: (endpoint) => this.liveEndpointRefusal(endpoint.resource, endpoint.identity),
     });
     this.#allocator = new Allocator({
       resources: this.#resources,
@@ -103,21 +104,26 @@ export class DeviceManager {
 
   /** Why a watched-directory plugin's endpoint, opened as `endpoint`, may not be dialled for `resource` (endpoint-rules.ts, endpoint-check.ts), or null. */
   watchedEndpointRefusal(resource: string, endpoint: PinnedSocket, registrationSocket: string): string | null {
-    return watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ?? this.liveEndpointRefusal(resource, endpoint.realPath);
+    return watchedEndpointRefusal(endpoint, registrationSocket, this.#settings.endpointRules) ?? this.liveEndpointRefusal(resource, endpoint);
   }
 
   /**
-   * Why `resource` may not connect the socket at `realPath` (either way of
-   * registering), or null: a live endpoint of another resource, or of a CSI
-   * or DRA driver, is there.
+   * Why `resource` may not connect `endpoint` (either way of registering),
+   * or null: it is one of edgeplug's own sockets, or a live endpoint of
+   * another resource or of a CSI or DRA driver, by path or through a hard link.
    */
-  liveEndpointRefusal(resource: string, realPath: string): string | null {
-    return sharedSocketRefusal(realPath, this.resourceOnSocket(realPath), resource) ?? liveEndpointRefusal(realPath, this.#liveElsewhere?.(realPath), "device plugin");
+  liveEndpointRefusal(resource: string, endpoint: SocketIdentity): string | null {
+    const { realPath } = endpoint;
+    return (
+      ownSocketRefusal(endpoint, this.#settings.endpointRules.ownSockets) ??
+      sharedSocketRefusal(realPath, this.#resourceOnEndpoint(endpoint), resource) ??
+      liveEndpointRefusal(realPath, this.#liveElsewhere?.(endpoint), "device plugin")
+    );
   }
 
-  /** The live device plugin whose endpoint is the socket at `realPath`, for the CSI and DRA drivers' endpoint rule. */
-  endpointHolder(realPath: string): EndpointHolder | undefined {
-    const resource = this.resourceOnSocket(realPath);
+  /** The live device plugin whose endpoint is `endpoint` (by path or inode), for the CSI and DRA drivers' endpoint rule. */
+  endpointHolder(endpoint: SocketIdentity): EndpointHolder | undefined {
+    const resource = this.#resourceOnEndpoint(endpoint);
     return resource === undefined ? undefined : { kind: "device plugin", name: resource };
   }
 
@@ -183,6 +189,11 @@ export class DeviceManager {
   /** The resource a live plugin instance on `socket` serves, if any. */
   resourceOnSocket(socket: string): string | undefined {
     return this.#resources.all().find((state) => state.endpoints.has(socket))?.name;
+  }
+
+  /** The resource a live plugin instance on `endpoint` serves, by path or inode: one it names itself if any, else another's. */
+  #resourceOnEndpoint(endpoint: SocketIdentity): string | undefined {
+    return this.resourceOnSocket(endpoint.realPath) ?? this.#resources.all().find((state) => [...state.endpoints.values()].some((live) => isSameSocket(live.identity, endpoint)))?.name;
   }
 
   /** Connected plugins (`resource at socket`) whose first good device list has not come yet (reconcile-once waits for them). */

@@ -22,7 +22,7 @@ import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
-import { pinSocket, type PinnedSocket } from "../../platform/pinned-socket.ts";
+import { isSameSocket, pinSocket, socketAt, type PinnedSocket } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
@@ -81,7 +81,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         if ("refused" in endpoint) return refuse(endpoint.refused);
         let handedOver = false;
         try {
-          const taken = manager.liveEndpointRefusal(request.resourceName, endpoint.realPath);
+          const taken = manager.liveEndpointRefusal(request.resourceName, endpoint);
           if (taken) refuse(taken);
           // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
           const limit = options.slots?.limit() ?? Infinity;
@@ -154,10 +154,11 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
   if ("refused" in opened) return opened;
   // A plugin that may write in the directory (most run as root there) could link a subdirectory elsewhere.
   const canonicalRelative = path.relative(canonicalDirectory(directory), opened.realPath);
+  const registration = socketAt(registrationSocket);
   const refusal =
     canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)
       ? { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` }
-      : opened.realPath === canonicalSocketPath(registrationSocket)
+      : opened.realPath === canonicalSocketPath(registrationSocket) || (registration !== null && isSameSocket(opened, registration))
         ? itself
         : null;
   if (refusal === null) return opened;
