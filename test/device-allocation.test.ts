@@ -118,7 +118,7 @@ test("NUMA: after the plugin moves devices to another node and marks one unhealt
   const on = (id: string, node: number, health = "Healthy") => ({ ID: id, health, topology: { nodes: [{ ID: String(node) }] } });
   const plugin = await connected(t, devices, R1, { devices: [on("a", 0), on("b", 0), on("c", 1), on("d", 1), on("e", 1)] });
   assert.deepEqual((await devices.allocate(ask("before", { [R1]: 2 }))).map((g) => g.devices), [["c", "d"]], "node 1 has the most");
-  devices.release("before");
+  await devices.release("before");
   plugin.setDevices([on("a", 0), on("b", 0, "Unhealthy"), on("c", 1), on("d", 0), on("e", 0)]);
   await waitForDeviceState(devices, "b unhealthy", () => devices.resource(R1)?.unhealthy.includes("b") === true);
   assert.deepEqual((await devices.allocate(ask("after", { [R1]: 2 }))).map((g) => g.devices), [["a", "d"]], "node 0 now has the most healthy devices");
@@ -164,7 +164,7 @@ test("a release while another owner's GetPreferredAllocation is in flight does n
   holding = true;
   const pending = devices.allocate(ask("new", { [R1]: 1 }));
   await plugin.waitForCalls("preferred", 2);
-  assert.equal(devices.release("old").length, 1);
+  assert.equal((await devices.release("old")).length, 1);
   gate.release();
   assert.deepEqual((await pending).map((g) => g.devices), [["dev1"]], "the preferred device, as asked before the release");
   holding = false;
@@ -179,7 +179,7 @@ test("a release of the owner whose allocation is in flight wins: nothing is reco
   const plugin = await connected(t, devices, R1, { holdAllocate: gate.held });
   const pending = devices.allocate(ask("p", { [R1]: 1 }));
   await plugin.waitForCalls("allocate");
-  devices.release("p");
+  void devices.release("p");
   gate.release();
   await assert.rejects(pending, { message: "owner p was released while its allocation was in progress" });
   assert.deepEqual(devices.allocations(), []);

@@ -188,28 +188,37 @@ test("/readyz waits for the checkpoint restore; metrics count devices, allocatio
   assert.match(metrics, /^edgeplug_checkpoint_restores_total\{result="missing"\} 1$/m);
 });
 
-test("a failing checkpoint write is reported in status and metrics; the state is written once the disk allows it", async (t) => {
+test("while the checkpoint cannot be written, allocations and releases are refused with the cause and status reports it; both work again once the disk allows it", async (t) => {
   const dir = tempDir(t);
   const policy = agentPolicy(dir);
   const { agent, api } = await startAgent(t, policy);
-  await devicePlugin(t, policy, "gpu.sock", 1);
-  await waitForDeviceState(agent.devices, "1 device", () => agent.devices.resource(R)?.allocatable === 1);
-  assert.equal(await agent.devices.flush(), true);
+  await devicePlugin(t, policy, "gpu.sock", 2);
+  await waitForDeviceState(agent.devices, "2 devices", () => agent.devices.resource(R)?.allocatable === 2);
+  await api.allocate({ owner: "held", resources: [{ resource: R, count: 1 }] });
   // The directory goes away and a file takes its place: the next write cannot create its temporary file.
   const stateDir = path.dirname(policy.checkpoint.path);
   fs.rmSync(stateDir, { recursive: true });
   fs.writeFileSync(stateDir, "");
-  await api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] });
-  assert.equal(await agent.devices.flush(), false);
+  const cause = `cannot write the checkpoint ${policy.checkpoint.path}: ENOTDIR`;
+  await assert.rejects(api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] }), (error: Error) => {
+    assert.match(error.message, new RegExp(`^\\[failed_precondition\\] nothing was allocated to owner a, the allocation was undone: ${cause}`));
+    return true;
+  });
+  await assert.rejects(api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] }), /\[failed_precondition\] nothing was allocated to owner a: cannot write the checkpoint .*ENOTDIR/, "refused before any plugin call");
+  await assert.rejects(api.release({ owner: "held" }), new RegExp(`\\[failed_precondition\\] owner held was not released, its devices stay held: ${cause}`));
+  assert.deepEqual(agent.devices.allocations().map((a) => a.owner), ["held"], "nothing allocated, nothing released");
   const failing = statusToJson(await api.status({})).checkpoint!;
-  assert.match(failing.writeError ?? "", new RegExp(`cannot write the checkpoint ${policy.checkpoint.path}`));
+  assert.match(failing.writeError ?? "", new RegExp(cause));
   assert.ok(failing.writeFailures >= 1);
   assert.match(await metricsText(agent), /^edgeplug_checkpoint_writes_total\{result="failure"\} [1-9]\d*$/m);
   assert.match(statusToText(await api.status({})), /: last write failed: cannot write the checkpoint/);
 
   fs.rmSync(stateDir);
   fs.mkdirSync(stateDir);
-  assert.equal(await agent.devices.flush(), true, "the pending state is written once the disk allows it");
+  const granted = await api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] });
+  assert.equal(granted.allocations[0]?.devices.length, 1, "allocations work again at once, without waiting for the retry");
+  assert.deepEqual(checkpointOf(policy).podDeviceEntries.map((e) => e.podUID).sort(), ["a", "held"]);
+  assert.equal((await api.release({ owner: "held" })).released.length, 1);
   assert.deepEqual(checkpointOf(policy).podDeviceEntries.map((e) => e.podUID), ["a"]);
   assert.equal(statusToJson(await api.status({})).checkpoint?.writeError, null);
 });

@@ -106,23 +106,20 @@ test("TestCheckpoint: allocations of several owners, containers and resources (N
   assert.deepEqual(counts(again), [[R1, 0, 0, false], [R2, 0, 0, false]]);
 });
 
-test("an allocation is on disk when answered and carries the releases before it; a release alone is written within 100 ms", async (t) => {
+test("an allocation and a release are each answered once on disk; a release's devices stay held until then", async (t) => {
   const dir = tempDir(t);
   const file = path.join(dir, "state", "kubelet_internal_checkpoint");
-  const clock = manualClock();
   const disk = new CheckpointStore({ path: file, log: quiet });
-  /** The owners each write put on disk, in order. */
-  const writes: string[][] = [];
-  let onWrite = () => {};
+  /** While set, writes wait for it: a slow disk. */
+  let gate: Promise<void> | null = null;
   const store = {
     restore: () => disk.restore(),
     write: async (data: Parameters<CheckpointStore["write"]>[0]) => {
+      await gate;
       await disk.write(data);
-      writes.push([...new Set(data.podDeviceEntries.map((entry) => entry.podUID))].sort());
-      onWrite();
     },
   };
-  const devices = new DeviceManager({ log: quiet, gracePeriodMs: 300_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store, clock });
+  const devices = new DeviceManager({ log: quiet, gracePeriodMs: 300_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store });
   t.after(() => devices.stop());
   await devices.restore();
   const p1 = await plugin(t, dir, "r1.sock", [h("a"), h("b")]);
@@ -132,17 +129,22 @@ test("an allocation is on disk when answered and carries the releases before it;
 
   await devices.allocate({ owner: "job-1", container: "main", resources: [{ resource: R1, count: 2 }] });
   assert.deepEqual(ownersOnDisk(), ["job-1"], "answered once on disk");
-  const before = writes.length;
-  devices.release("job-1");
-  await devices.allocate({ owner: "job-2", container: "main", resources: [{ resource: R1, count: 2 }] });
-  assert.deepEqual(writes.slice(before), [["job-2"]], "the release and the allocation after it: one write");
-  assert.deepEqual(ownersOnDisk(), ["job-2"]);
 
-  const written = new Promise<void>((resolve) => (onWrite = resolve));
-  devices.release("job-2");
-  clock.advance(100);
-  await written;
-  assert.deepEqual(ownersOnDisk(), [], "the release reached the disk without another change");
+  let open = () => {};
+  gate = new Promise<void>((resolve) => (open = resolve));
+  const released = devices.release("job-1");
+  await assert.rejects(
+    devices.allocate({ owner: "job-2", container: "main", resources: [{ resource: R1, count: 1 }] }),
+    { message: `requested number of devices unavailable for ${R1}. Requested: 1, Available: 0` },
+    "the released devices are held until the release is on disk",
+  );
+  assert.deepEqual(ownersOnDisk(), ["job-1"]);
+  open();
+  gate = null;
+  assert.deepEqual((await released).map((a) => a.devices), [["a", "b"]]);
+  assert.deepEqual(ownersOnDisk(), [], "the release is answered once on disk");
+  await devices.allocate({ owner: "job-2", container: "main", resources: [{ resource: R1, count: 1 }] });
+  assert.deepEqual(ownersOnDisk(), ["job-2"]);
 });
 
 test("a reload's new gracePeriod applies to a resource already disconnected, counted from its disconnection", async (t) => {
@@ -160,4 +162,57 @@ test("a reload's new gracePeriod applies to a resource already disconnected, cou
   assert.equal(devices.resource(R1)?.connected, false, "kept until 100 s after it disconnected");
   clock.advance(1);
   assert.equal(devices.resource(R1), undefined, "removed then, not 300 s after");
+});
+
+test("an allocation whose write has no outcome within the wait is undone and refused; a caller giving up while its write is on its way changes nothing", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, "state", "kubelet_internal_checkpoint");
+  const clock = manualClock();
+  const disk = new CheckpointStore({ path: file, log: quiet });
+  let gate: Promise<void> | null = null;
+  let writing = () => {};
+  const store = {
+    restore: () => disk.restore(),
+    write: async (data: Parameters<CheckpointStore["write"]>[0]) => {
+      writing();
+      await gate;
+      await disk.write(data);
+    },
+  };
+  const devices = new DeviceManager({ log: quiet, gracePeriodMs: 300_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store, clock });
+  t.after(() => devices.stop());
+  await devices.restore();
+  const p1 = await plugin(t, dir, "r1.sock", [h("a"), h("b")]);
+  await devices.connect(R1, p1.socketPath);
+  await waitForDeviceState(devices, "listed", () => devices.resource(R1)?.capacity === 2);
+  assert.equal(await devices.flush(), true);
+  const ownersOnDisk = () => [...new Set(decodeCheckpoint(fs.readFileSync(file)).podDeviceEntries.map((entry) => entry.podUID))].sort();
+
+  // A disk that hangs: after 5 s (a small file) the allocation is undone and refused, its devices free.
+  let open = () => {};
+  gate = new Promise<void>((resolve) => (open = resolve));
+  let started = new Promise<void>((resolve) => (writing = resolve));
+  const slow = devices.allocate({ owner: "slow", container: "main", resources: [{ resource: R1, count: 2 }] });
+  await started;
+  clock.advance(4999);
+  assert.deepEqual(devices.allocations().map((a) => a.owner), ["slow"], "held while its write is on its way");
+  clock.advance(1);
+  await assert.rejects(slow, { message: "nothing was allocated to owner slow, the allocation was undone: the checkpoint was not written within 5 s" });
+  assert.deepEqual(devices.allocations(), []);
+  open();
+  gate = null;
+  await waitForDeviceState(devices, "the late write and the undo's write on disk", () => ownersOnDisk().length === 0);
+
+  // The caller gives up while its write is on its way: the write decides, and it succeeds.
+  gate = new Promise<void>((resolve) => (open = resolve));
+  started = new Promise<void>((resolve) => (writing = resolve));
+  const caller = new AbortController();
+  const patient = devices.allocate({ owner: "gone", container: "main", resources: [{ resource: R1, count: 1 }], signal: caller.signal });
+  await started;
+  caller.abort();
+  open();
+  gate = null;
+  assert.equal((await patient)[0]?.devices.length, 1);
+  assert.deepEqual(ownersOnDisk(), ["gone"]);
+  assert.deepEqual(devices.allocations().map((a) => a.owner), ["gone"], "status shows it");
 });

@@ -18,9 +18,9 @@ test("TestGetDeviceRunContainerOptions: a released owner (the kubelet's removed 
   await devices.allocate(ask("pod1", { [R1]: 1 }));
   assert.deepEqual(devices.allocations("pod1").map((a) => a.devices), [["dev0"]]);
 
-  assert.deepEqual(devices.release("pod1").map((a) => a.devices), [["dev0"]]);
+  assert.deepEqual((await devices.release("pod1")).map((a) => a.devices), [["dev0"]]);
   assert.deepEqual(devices.allocations("pod1"), [], "no allocation and no error for the released owner");
-  assert.deepEqual(devices.release("pod1"), [], "releasing it again is not an error");
+  assert.deepEqual(await devices.release("pod1"), [], "releasing it again is not an error");
   assert.deepEqual([...devices.pods.entries()], []);
 
   // Not a container restart any more: the plugin is asked to Allocate again.

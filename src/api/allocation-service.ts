@@ -1,6 +1,7 @@
 /**
  * edgeplug.v1.Agent's Allocate and Release, answered by the device manager.
- * A refusal (the kubelet's error texts) is FailedPrecondition, and one
+ * A refusal (the kubelet's error texts, or a checkpoint that cannot be
+ * written) is FailedPrecondition, and one
  * because the allocation queue is full ResourceExhausted (retry later); the
  * message is what `edgeplug allocate` prints.
  */
@@ -32,7 +33,12 @@ export async function allocateDevices(devices: DeviceManager, request: AllocateR
   }
 }
 
-export function releaseDevices(devices: DeviceManager, request: ReleaseRequest): ReleaseResponse {
+export async function releaseDevices(devices: DeviceManager, request: ReleaseRequest): Promise<ReleaseResponse> {
   if (request.owner === "") throw new ConnectError("owner is required", Code.InvalidArgument);
-  return create(ReleaseResponseSchema, { released: devices.release(request.owner) });
+  try {
+    return create(ReleaseResponseSchema, { released: await devices.release(request.owner) });
+  } catch (error) {
+    if (error instanceof AllocationError) throw new ConnectError(error.message, Code.FailedPrecondition);
+    throw error;
+  }
 }

@@ -114,7 +114,8 @@ export function buildStatus(input: {
   const resources = input.resources ?? [];
   const watchLimits = input.watchLimits ? create(WatchLimitsStatusSchema, input.watchLimits) : undefined;
   return create(StatusResponseSchema, {
-    ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected) && !watchLimits,
+    // A checkpoint that cannot be written refuses every allocation and release: the node is not ok until a write succeeds.
+    ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected) && !watchLimits && input.checkpoint?.writeError === undefined,
     node: input.node,
     plugins: input.plugins.map((record) => pluginStatusFromRecord(record, input.details?.(record))),
     resources,

@@ -4,10 +4,16 @@
  * length and in how long one request may hold it; a release of the owner
  * whose request is in flight wins (as a pod deleted during its admission);
  * what is granted is recorded all at once, written to the checkpoint, and
- * answered once it is on disk (or its write failed, which status reports),
- * so an agent that crashes right after answering still knows the devices
- * are taken. A release is written within LIST_WRITE_DELAY_MS, or sooner
- * with the next allocation.
+ * answered once it is on disk, so an agent that crashes right after
+ * answering still knows the devices are taken. When that write fails, or
+ * has no outcome within the checkpoint's write wait, the allocation is
+ * undone and refused with the cause; a request arriving while the last
+ * write failed tries a write first and is refused before any plugin call
+ * if it fails again. A release is answered once a checkpoint without the
+ * owner is on disk; until then its devices stay held, and if that write
+ * fails the owner keeps them and the release is refused with the cause.
+ * The caller giving up while its write is on its way changes nothing: the
+ * write alone decides, and status shows the outcome.
  */
 import { API_SOCKET_LIMITS } from "../../api/limits.ts";
 import type { AllocationStatus } from "../../gen/edgeplug/v1/agent_pb.ts";
@@ -20,11 +26,8 @@ import type { DeviceCheckpoint } from "./device-checkpoint.ts";
 import { allocationStatus } from "./device-status.ts";
 import type { DeviceEvents } from "./device-events.ts";
 import { PLUGIN_CALL_TIMEOUTS } from "./endpoint.ts";
-import { entryDeviceIds, type PodDevices } from "./pod-devices.ts";
+import { entryDeviceIds, type ContainerDevices, type PodDevices } from "./pod-devices.ts";
 import type { ResourceTable } from "./resources.ts";
-
-/** How long an allocation's answer waits for its checkpoint write. */
-const ALLOCATION_WRITE_WAIT_MS = 5000;
 
 /**
  * Requests that may wait behind the running one: as many as the API socket
@@ -62,6 +65,8 @@ export class Allocator {
   readonly #queue: AllocationQueue;
   /** The request on its way, and whether its owner was released meanwhile. */
   #inFlight: { owner: string; released: boolean } | null = null;
+  /** Releases on their way to disk, by owner: a second release of the owner waits for the same write. */
+  readonly #releasing = new Map<string, Promise<AllocationStatus[]>>();
 
   constructor(parts: AllocatorParts) {
     this.#parts = parts;
@@ -73,23 +78,54 @@ export class Allocator {
     checkRequest(request, this.#parts.maxDevices());
     if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
     const giveUpTurn = await this.#queue.take(request.owner, request.signal);
-    let outcome: { granted: GrantedAllocation[]; recorded: boolean };
+    let recorded: Recorded;
     try {
       if (this.#parts.stopped()) throw new AllocationError("the agent is stopping");
       // Its caller may have given up just as its turn came.
       if (request.signal?.aborted) throw new AllocationError(`the request of owner ${request.owner} was cancelled before its turn`);
-      outcome = await this.#run(request);
+      if (this.#parts.pods.isReleasing(request.owner)) throw new AllocationError(`owner ${request.owner} is being released; allocate again once the release is answered`);
+      await this.#checkpointWritable(request);
+      recorded = await this.#run(request);
     } finally {
       giveUpTurn();
     }
     // Outside the queue: allocations close together share one write.
-    if (outcome.recorded) await this.#parts.checkpoint.flush(ALLOCATION_WRITE_WAIT_MS);
-    return outcome.granted;
+    if (recorded.fresh.length > 0) await this.#written(request, recorded);
+    return recorded.granted;
+  }
+
+  /**
+   * Refuses the request before any plugin call when the checkpoint cannot be
+   * written: after a failed write, one more is tried now (the disk may be
+   * back, so nothing waits for the retry's backoff).
+   */
+  async #checkpointWritable(request: AllocationRequest): Promise<void> {
+    const { checkpoint } = this.#parts;
+    if (checkpoint.writeError === null) return;
+    if (await checkpoint.flush(checkpoint.writeWaitMs())) return;
+    throw new AllocationError(`nothing was allocated to owner ${request.owner}: ${checkpoint.writeError ?? "the checkpoint was not written in time"}`);
+  }
+
+  /** Waits for the write holding `recorded`; on failure undoes it and refuses with the cause. */
+  async #written(request: AllocationRequest, recorded: Recorded): Promise<void> {
+    const { pods, checkpoint, events, log } = this.#parts;
+    const failure = await checkpoint.written(recorded.change);
+    const devices = recorded.fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) }));
+    if (failure === null) {
+      log.info("devices allocated", { owner: request.owner, container: request.container, allocations: devices });
+      events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: recorded.fresh.map((entry) => entry.resource) });
+      return;
+    }
+    // Entries a release took meanwhile are gone already; the others go now, and the next write leaves them out.
+    const undone = recorded.fresh.filter((entry) => pods.remove(entry));
+    if (undone.length > 0) checkpoint.changed();
+    log.warn("allocation undone: its checkpoint write failed", { owner: request.owner, container: request.container, allocations: devices, error: failure });
+    throw new AllocationError(`nothing was allocated to owner ${request.owner}, the allocation was undone: ${failure}`);
   }
 
   /** Runs `request`, which holds the turn, under its deadline, and records what it was granted. */
-  async #run(request: AllocationRequest): Promise<{ granted: GrantedAllocation[]; recorded: boolean }> {
-    const { resources, pods, checkpoint, events, log, clock } = this.#parts;
+  async #run(request: AllocationRequest): Promise<Recorded> {
+    const { resources, pods, checkpoint, log, clock } = this.#parts;
     const deadline = new AbortController();
     const cancelTimer = clock.setTimer(() => deadline.abort(new RequestDeadlinePassed(ALLOCATION_REQUEST_DEADLINE_MS)), ALLOCATION_REQUEST_DEADLINE_MS);
     const signal = request.signal ? AbortSignal.any([request.signal, deadline.signal]) : deadline.signal;
@@ -109,27 +145,53 @@ export class Allocator {
     }
     const { granted, fresh } = ran;
     if (inFlight.released) throw new AllocationError(`owner ${request.owner} was released while its allocation was in progress`);
-    if (fresh.length > 0) {
-      for (const entry of fresh) pods.add(entry);
-      log.info("devices allocated", { owner: request.owner, container: request.container, allocations: fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) })) });
-      checkpoint.changed();
-      events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: fresh.map((entry) => entry.resource) });
-    }
-    return { granted, recorded: fresh.length > 0 };
+    for (const entry of fresh) pods.add(entry);
+    return { granted, fresh, change: fresh.length > 0 ? checkpoint.changed() : 0 };
   }
 
-  /** Frees every device of `owner`; returns what was freed. */
-  release(owner: string): AllocationStatus[] {
-    const { pods, checkpoint, events, log } = this.#parts;
+  /**
+   * Frees every device of `owner` once a checkpoint without it is on disk;
+   * returns what was freed. Until then the devices stay held (no allocation
+   * can take them); if that write fails the owner keeps them and the release
+   * is refused with the cause.
+   */
+  release(owner: string): Promise<AllocationStatus[]> {
     if (this.#inFlight?.owner === owner) this.#inFlight.released = true;
+    const pending = this.#releasing.get(owner);
+    if (pending) return pending;
+    if (this.#parts.pods.ownerEntries(owner).length === 0) return Promise.resolve([]);
+    const releasing = this.#release(owner).finally(() => this.#releasing.delete(owner));
+    this.#releasing.set(owner, releasing);
+    return releasing;
+  }
+
+  async #release(owner: string): Promise<AllocationStatus[]> {
+    const { pods, checkpoint, events, log } = this.#parts;
+    pods.beginRelease(owner);
+    let failure: string | null;
+    try {
+      failure = await checkpoint.written(checkpoint.changed());
+    } finally {
+      pods.endRelease(owner);
+    }
+    if (failure !== null) {
+      // The owner is back in the next write, which the failed one's retry makes.
+      checkpoint.changed(false);
+      log.warn("release refused: its checkpoint write failed", { owner, error: failure });
+      throw new AllocationError(`owner ${owner} was not released, its devices stay held: ${failure}`);
+    }
     const freed = pods.release(owner);
     if (freed.length > 0) {
       log.info("devices released", { owner });
-      // Not urgent: a release lost to a crash leaves its devices taken, never given twice, and the
-      // next allocation's write carries it, so a release and an allocation cost one write, not two.
-      checkpoint.changed(false);
       events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
     }
     return freed.map(allocationStatus);
   }
+}
+
+/** What a request was granted, the entries it added, and the checkpoint change that holds them (0: nothing new). */
+interface Recorded {
+  granted: GrantedAllocation[];
+  fresh: ContainerDevices[];
+  change: number;
 }

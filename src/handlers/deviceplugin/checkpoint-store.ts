@@ -64,6 +64,7 @@ export class CheckpointStore {
   #cleanup: Promise<void> | undefined;
   #writes = 0;
   #failures = 0;
+  #lastWriteBytes = 0;
 
   constructor(options: CheckpointStoreOptions) {
     this.path = path.resolve(options.path);
@@ -71,6 +72,11 @@ export class CheckpointStore {
     this.#tempPrefix = `.${path.basename(this.path)}.tmp-`;
     this.#log = options.log;
     this.#now = options.now ?? (() => new Date());
+  }
+
+  /** The size of the last checkpoint written (or read at start), in bytes. */
+  get lastWriteBytes(): number {
+    return this.#lastWriteBytes;
   }
 
   /** Checkpoints written and writes that failed since the store was created (for metrics). */
@@ -94,6 +100,7 @@ export class CheckpointStore {
     let bytes: Uint8Array;
     try {
       bytes = await readCheckpointBytes(this.path);
+      this.#lastWriteBytes = bytes.length;
       return { kind: "restored", data: decodeCheckpoint(bytes) };
     } catch (error) {
       if (errorCode(error) === "ENOENT") return { kind: "missing" };
@@ -139,7 +146,9 @@ export class CheckpointStore {
         this.#pending = undefined;
         let failure: Error | undefined;
         try {
-          await this.#writeAtomically(encodeCheckpoint(data));
+          const bytes = encodeCheckpoint(data);
+          this.#lastWriteBytes = bytes.length;
+          await this.#writeAtomically(bytes);
           this.#writes++;
         } catch (error) {
           this.#failures++;

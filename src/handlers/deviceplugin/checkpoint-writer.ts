@@ -9,6 +9,12 @@
  * A failed write is logged once (repeats at debug until a write succeeds)
  * and retried with backoff, so a full disk that frees up gets the current
  * state without waiting for the next change.
+ *
+ * Every change has a number ({@link CheckpointWriter.changed} returns it),
+ * and {@link CheckpointWriter.written} tells whether the first write that
+ * took that change along reached the disk: an allocation is answered, or
+ * refused, on that write's outcome alone, whatever other changes come
+ * meanwhile.
  */
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
@@ -43,6 +49,14 @@ export const LIST_WRITE_DELAY_MS = 100;
 const RETRY_INITIAL_MS = 1000;
 const RETRY_MAX_MS = 60_000;
 
+/** Why a change is not on disk, or null once a write holding it is. */
+export type WriteOutcome = string | null;
+
+interface ChangeWaiter {
+  change: number;
+  settle: (outcome: WriteOutcome) => void;
+}
+
 export class CheckpointWriter {
   readonly #options: CheckpointWriterOptions;
   readonly stats: CheckpointWriteStats = { writes: 0, failures: 0, lastWriteAt: null, lastError: null };
@@ -55,6 +69,10 @@ export class CheckpointWriter {
   #cancelTimer: (() => void) | null = null;
   /** Whether a change since the last write must not wait for lists to settle. */
   #urgent = false;
+  /** Numbers the changes; a write covers every change numbered up to this when it took its snapshot. */
+  #changes = 0;
+  /** Callers waiting for a write holding their change, oldest first. */
+  #waiters: ChangeWaiter[] = [];
 
   constructor(options: CheckpointWriterOptions) {
     this.#options = options;
@@ -72,12 +90,42 @@ export class CheckpointWriter {
    * so that a plugin sending lists back to back costs a few writes a second
    * and its encoding does not hold the event loop for every message.
    */
-  changed(soon = true): void {
+  changed(soon = true): number {
     this.#dirty = true;
+    const change = ++this.#changes;
     if (soon) this.#urgent = true;
-    if (!this.#enabled || this.#stopped || this.#running !== null) return;
+    if (!this.#enabled || this.#stopped || this.#running !== null) return change;
     if (soon) this.#start();
     else this.#later(LIST_WRITE_DELAY_MS);
+    return change;
+  }
+
+  /**
+   * Resolves with null once a write holding change number `change` is on
+   * disk, or with why not: the error of the first write that took it along
+   * (no later write is waited for), `not written within N s` after
+   * `timeoutMs`, or that the writer stopped first. A write still on its way
+   * at the timeout may yet put the change on disk.
+   */
+  written(change: number, timeoutMs: number): Promise<WriteOutcome> {
+    if (change <= 0) return Promise.resolve(null);
+    if (this.#stopped) return Promise.resolve("the agent is stopping");
+    return new Promise<WriteOutcome>((resolve) => {
+      const cancelTimer = this.#options.clock.setTimer(() => settle(`the checkpoint was not written within ${timeoutMs / 1000} s`), timeoutMs);
+      const waiter: ChangeWaiter = { change, settle: (outcome) => settle(outcome) };
+      const settle = (outcome: WriteOutcome) => {
+        cancelTimer();
+        const index = this.#waiters.indexOf(waiter);
+        if (index >= 0) this.#waiters.splice(index, 1);
+        resolve(outcome);
+      };
+      this.#waiters.push(waiter);
+    });
+  }
+
+  /** Whether the last write failed (the disk is full, read-only, the path taken...); its error is in {@link stats}. */
+  get failing(): boolean {
+    return this.stats.lastError !== null;
   }
 
   /**
@@ -108,6 +156,12 @@ export class CheckpointWriter {
     this.#stopped = true;
     this.#cancelTimer?.();
     this.#cancelTimer = null;
+    for (const waiter of [...this.#waiters]) waiter.settle("the agent is stopping");
+  }
+
+  /** Tells the waiters whose changes the write that covered up to `upTo` took along. */
+  #settle(upTo: number, outcome: WriteOutcome): void {
+    for (const waiter of this.#waiters.filter((w) => w.change <= upTo)) waiter.settle(outcome);
   }
 
   #start(): void {
@@ -116,10 +170,11 @@ export class CheckpointWriter {
     this.#cancelTimer = null;
     this.#running = this.#drain().finally(() => {
       this.#running = null;
-      // Changes that arrived during the write; after a failure the retry timer decides instead.
-      if (!this.#dirty || this.#stopped || this.#cancelTimer !== null) return;
+      // Changes that arrived during the write. An urgent one (an allocation waits for it) is tried at once,
+      // even after a failure, so a disk that was freed meanwhile takes it; otherwise a pending retry decides.
+      if (!this.#dirty || this.#stopped) return;
       if (this.#urgent) this.#start();
-      else this.#later(LIST_WRITE_DELAY_MS);
+      else if (this.#cancelTimer === null) this.#later(LIST_WRITE_DELAY_MS);
     });
   }
 
@@ -129,12 +184,15 @@ export class CheckpointWriter {
     while (this.#dirty) {
       this.#dirty = false;
       this.#urgent = false;
+      const upTo = this.#changes;
       const started = performance.now();
       try {
         await this.#options.store.write(this.#options.snapshot());
         this.#succeeded((performance.now() - started) / 1000);
+        this.#settle(upTo, null);
       } catch (error) {
         this.#failed(error, (performance.now() - started) / 1000);
+        this.#settle(upTo, this.stats.lastError);
         return;
       }
     }

@@ -8,12 +8,15 @@
  */
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
-import { CheckpointWriter, type CheckpointWriteOutcome } from "./checkpoint-writer.ts";
+import { CheckpointWriter, type CheckpointWriteOutcome, type WriteOutcome } from "./checkpoint-writer.ts";
 import type { CheckpointData, DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { CheckpointState } from "./types.ts";
 
 /** How long stop() waits for the last checkpoint write, inside the 2 s to exit on SIGTERM. */
 const STOP_FLUSH_MS = 1000;
+const MIB = 1024 * 1024;
+const WRITE_WAIT_BASE_MS = 5000;
+const WRITE_WAIT_PER_MIB_MS = 1000;
 
 export interface DeviceCheckpointOptions {
   store: DeviceStateStore | null;
@@ -55,9 +58,35 @@ export class DeviceCheckpoint {
     return result;
   }
 
-  /** The device state changed; `soon` false for a new device list or a release, which may wait a little (checkpoint-writer.ts). */
-  changed(soon = true): void {
-    this.#writer?.changed(soon);
+  /**
+   * The device state changed; `soon` false for a new device list, which may
+   * wait (checkpoint-writer.ts). Returns the change's number for {@link written}.
+   */
+  changed(soon = true): number {
+    return this.#writer?.changed(soon) ?? 0;
+  }
+
+  /**
+   * Null once the first write taking change `change` along is on disk, else
+   * why not (that write's error, or no outcome within the wait, which grows
+   * with the file: {@link writeWaitMs}). Null at once without a writer.
+   */
+  written(change: number): Promise<WriteOutcome> {
+    return this.#writer?.written(change, this.writeWaitMs()) ?? Promise.resolve(null);
+  }
+
+  /**
+   * How long an answer waits for its write: 5 s, and 1 s more per MiB the
+   * last write took (a slow SD card writes a few MiB/s), so a 64 MiB file
+   * gets 69 s, still inside the 90 s a request may run.
+   */
+  writeWaitMs(): number {
+    return WRITE_WAIT_BASE_MS + Math.ceil((this.#store?.lastWriteBytes ?? 0) / MIB) * WRITE_WAIT_PER_MIB_MS;
+  }
+
+  /** Why the last write failed, or null when it succeeded (or none was made). */
+  get writeError(): string | null {
+    return this.#writer?.stats.lastError ?? null;
   }
 
   /** Writes what is not on disk yet; true when it is all there within `timeoutMs`. */

@@ -229,8 +229,8 @@ export class DeviceManager {
     return this.#allocator.allocate(request);
   }
 
-  /** Frees every device of `owner`; returns what was freed. */
-  release(owner: string): AllocationStatus[] {
+  /** Frees every device of `owner` once that is in the checkpoint (allocator.ts); returns what was freed. */
+  release(owner: string): Promise<AllocationStatus[]> {
     return this.#allocator.release(owner);
   }
 

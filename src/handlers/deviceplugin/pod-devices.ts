@@ -34,6 +34,8 @@ export type RestoreResult =
 export interface DeviceStateStore {
   restore(): Promise<RestoreResult>;
   write(data: CheckpointData): Promise<void>;
+  /** The size of the last checkpoint written or read, in bytes (0 before any). */
+  readonly lastWriteBytes?: number;
 }
 
 /** One container's devices of one resource. */
@@ -59,6 +61,8 @@ export class PodDevices {
   readonly #owners = new Map<string, Map<string, ContainerDevices>>();
   readonly #answerBytes = new WeakMap<ContainerDevices, number>();
   #allAnswersBytes = 0;
+  /** Owners whose release is on its way to disk: left out of the checkpoint, their devices still held. */
+  readonly #releasing = new Set<string>();
 
   /** The encoded size of every held Allocate answer, which {@link ALLOCATE_ANSWER_LIMITS} bounds. */
   get allAnswersBytes(): number {
@@ -78,6 +82,31 @@ export class PodDevices {
     const bytes = answerBytes(entry.response);
     this.#answerBytes.set(entry, bytes);
     this.#allAnswersBytes += bytes;
+  }
+
+  /** Leaves `owner` out of the checkpoint's entries from now on (its release is being written); its devices stay held. */
+  beginRelease(owner: string): void {
+    this.#releasing.add(owner);
+  }
+
+  /** `owner` is in the checkpoint's entries again (its release was written and done, or refused). */
+  endRelease(owner: string): void {
+    this.#releasing.delete(owner);
+  }
+
+  isReleasing(owner: string): boolean {
+    return this.#releasing.has(owner);
+  }
+
+  /** Removes `entry` if it is still held (an allocation whose write failed); true if it was. */
+  remove(entry: ContainerDevices): boolean {
+    const containers = this.#owners.get(entry.owner);
+    const k = key(entry.container, entry.resource);
+    if (containers?.get(k) !== entry) return false;
+    containers.delete(k);
+    if (containers.size === 0) this.#owners.delete(entry.owner);
+    this.#allAnswersBytes -= this.#answerBytes.get(entry) ?? 0;
+    return true;
   }
 
   /** Removes and returns every entry of `owner`. */
@@ -111,7 +140,7 @@ export class PodDevices {
   }
 
   toCheckpointEntries(): PodDevicesEntry[] {
-    return [...this.entries()].map((entry) => ({
+    return [...this.entries()].filter((entry) => !this.#releasing.has(entry.owner)).map((entry) => ({
       podUID: entry.owner,
       containerName: entry.container,
       resourceName: entry.resource,

@@ -1,0 +1,115 @@
+/**
+ * End to end on dist/edgeplug: the checkpoint cannot be written (its path
+ * taken by a directory, its disk full, its disk read-only). The agent keeps
+ * running, `edgeplug allocate` and `edgeplug release` are refused with the
+ * cause (exit 1) and change nothing, status reports the failing write, and
+ * once the disk is writable again the agent writes by itself and allocates
+ * again. An allocation refused this way is never given after a kill -9 and
+ * a restart (docs/devices.md, "Checkpoint and restarts").
+ *
+ * The disk-full and read-only cases mount a small tmpfs, which needs root
+ * (CI runs as root).
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+import { runEdgeplug, type AgentProcess } from "./support/agent-process.ts";
+import { watchAgent } from "./support/agent-events.ts";
+import { deviceNode, startAgent, statusJson, type DeviceNode } from "./support/device-node.ts";
+import { startExample } from "./support/example-process.ts";
+import { waitUntil } from "./support/wait.ts";
+
+const WIDGET = "example.io/widget";
+const RECOVERED = "checkpoint written again after failed writes";
+
+async function allocate(node: DeviceNode, owner: string, count = 1) {
+  return runEdgeplug(["allocate", "--owner", owner, `${WIDGET}=${count}`, "--api", node.apiSocket, "--output", "json"]);
+}
+
+async function widgetsReady(node: DeviceNode, devices: number): Promise<void> {
+  const agent = await watchAgent(node, node.apiSocket);
+  await agent.until(`${devices} healthy widgets`, (view) => view.resources.get(WIDGET)?.connected === true && view.resources.get(WIDGET)?.healthy.length === devices);
+}
+
+/** Resolves once the agent has logged `message` `times` times. */
+async function loggedTimes(agent: AgentProcess, message: string, times: number): Promise<void> {
+  await waitUntil(() => agent.logs().filter((record) => record.msg === message).length >= times, `${times} × log ${JSON.stringify(message)}`, 20_000, 20);
+}
+
+test("the checkpoint replaced by a directory: allocate is refused with the cause, and after kill -9 and a restart the device was never given", async (t) => {
+  const node = deviceNode(t);
+  let agent = await startAgent(node);
+  startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "1", "--numa-nodes", "0"]);
+  await widgetsReady(node, 1);
+  const checkpoint = path.join(node.pluginsDir, "kubelet_internal_checkpoint");
+  fs.rmSync(checkpoint, { force: true });
+  fs.mkdirSync(checkpoint);
+  fs.writeFileSync(path.join(checkpoint, "keep"), "");
+
+  const refused = await allocate(node, "victim");
+  assert.equal(refused.code, 1, refused.stdout);
+  assert.match(refused.stderr, new RegExp(`^edgeplug allocate: refused: nothing was allocated to owner victim(, the allocation was undone)?: cannot write the checkpoint ${checkpoint}: EISDIR`));
+  const status = await statusJson(node.apiSocket);
+  assert.deepEqual(status.allocations, []);
+  assert.match(status.checkpoint?.writeError ?? "", /EISDIR/);
+  assert.equal(status.ok, false);
+
+  agent.child.kill("SIGKILL");
+  await agent.exited;
+  fs.rmSync(checkpoint, { recursive: true });
+  agent = await startAgent(node);
+  await widgetsReady(node, 1);
+  const second = await allocate(node, "second");
+  assert.equal(second.code, 0, second.stderr);
+  assert.deepEqual((await statusJson(node.apiSocket)).allocations.map((a) => [a.owner, a.devices]), [["second", ["widget0"]]], "one owner, the one that was answered");
+});
+
+test("the checkpoint's disk full, then read-only: the agent runs on, refuses with the cause, reports it, and recovers by itself", async (t) => {
+  const node = deviceNode(t);
+  const stateDir = path.join(node.dir, "state");
+  fs.mkdirSync(stateDir);
+  execFileSync("mount", ["-t", "tmpfs", "-o", "size=256k,mode=0750", "tmpfs", stateDir]);
+  // Registered first, so it runs last: after the agent is gone.
+  node.after(() => execFileSync("umount", ["-l", stateDir]));
+  const checkpoint = path.join(stateDir, "kubelet_internal_checkpoint");
+  fs.writeFileSync(node.policy, fs.readFileSync(node.policy, "utf8").replace(/^  path: .*kubelet_internal_checkpoint$/m, `  path: ${checkpoint}`));
+  const agent = await startAgent(node);
+  startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "3", "--numa-nodes", "0"]);
+  await widgetsReady(node, 3);
+  assert.equal((await allocate(node, "first")).code, 0);
+
+  // Disk full.
+  const filler = path.join(stateDir, "filler");
+  assert.throws(() => fs.writeFileSync(filler, Buffer.alloc(1024 * 1024)), { code: "ENOSPC" });
+  const full = await allocate(node, "second");
+  assert.equal(full.code, 1, full.stdout);
+  assert.match(full.stderr, /^edgeplug allocate: refused: nothing was allocated to owner second.*: cannot write the checkpoint .*ENOSPC/);
+  const fullStatus = await statusJson(node.apiSocket);
+  assert.match(fullStatus.checkpoint?.writeError ?? "", /ENOSPC/);
+  assert.deepEqual(fullStatus.allocations.map((a) => a.owner), ["first"]);
+  fs.rmSync(filler);
+  await loggedTimes(agent, RECOVERED, 1);
+  assert.equal((await statusJson(node.apiSocket)).checkpoint?.writeError, null, "recovered without a new request");
+  assert.equal((await allocate(node, "second")).code, 0);
+
+  // Read-only.
+  execFileSync("mount", ["-o", "remount,ro", stateDir]);
+  const readOnly = await allocate(node, "third");
+  assert.equal(readOnly.code, 1, readOnly.stdout);
+  assert.match(readOnly.stderr, /^edgeplug allocate: refused: nothing was allocated to owner third.*EROFS/);
+  const release = await runEdgeplug(["release", "--owner", "first", "--api", node.apiSocket]);
+  assert.equal(release.code, 1, release.stdout);
+  assert.match(release.stderr, /refused: owner first was not released, its devices stay held: .*EROFS/);
+  assert.deepEqual((await statusJson(node.apiSocket)).allocations.map((a) => a.owner), ["first", "second"]);
+  execFileSync("mount", ["-o", "remount,rw", stateDir]);
+  await loggedTimes(agent, RECOVERED, 2);
+  assert.equal((await allocate(node, "third")).code, 0);
+  assert.equal((await runEdgeplug(["release", "--owner", "first", "--api", node.apiSocket])).code, 0);
+  const verified = await runEdgeplug(["checkpoint", "verify", checkpoint, "--output", "json"]);
+  assert.equal(verified.code, 0, verified.stderr);
+  assert.doesNotMatch(verified.stdout, /"first"/);
+  assert.match(verified.stdout, /"second"[\s\S]*"third"|"third"[\s\S]*"second"/);
+  assert.equal(agent.child.exitCode, null, "the agent ran on throughout");
+});
