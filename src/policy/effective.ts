@@ -16,7 +16,7 @@ import type { LogFormat, LogLevel } from "../log/logger.ts";
 import { formatDuration, parseDuration } from "./duration.ts";
 import { normalizeDir } from "./rules.ts";
 import { HANDLER_LIST_DEFAULTS } from "./schema.ts";
-import { isBuiltinPluginType, type HandlerPolicy, type Policy } from "./types.ts";
+import { isBuiltinPluginType, type FleetPolicy, type HandlerPolicy, type Policy } from "./types.ts";
 
 interface FilledHandler {
   kind?: "generic";
@@ -43,6 +43,20 @@ export interface FilledPolicy {
   security: { socketOwners?: number[]; maxPlugins: number; maxDevicesPerResource: number };
   api: { socket: string | null; socketGroup: string | null; metrics: string | null };
   log: { level: LogLevel; format: LogFormat };
+  fleet?: FilledFleet;
+}
+
+interface FilledFleet {
+  brokers: string[];
+  clientId?: string;
+  prefix: string;
+  qos: 0 | 1;
+  keepalive: string;
+  usernameFile: string | null;
+  passwordFile: string | null;
+  tls: { ca: string | null; cert: string | null; key: string | null };
+  minInterval: string;
+  events: boolean;
 }
 
 /** The typed policy of valid, filled data; `handlerOrder` is the YAML's order of `handlers` (JS puts "42" first). */
@@ -60,10 +74,11 @@ export function toPolicy(data: FilledPolicy, handlerOrder: readonly string[], so
     });
   }
   const { devicePlugins, reconcile, security, api } = data;
+  const nodeName = data.nodeName ?? hostname().trim().toLowerCase();
   return {
     version: 1,
     // The kubelet's node name from the host name: trimmed and lower-cased.
-    nodeName: data.nodeName ?? hostname().trim().toLowerCase(),
+    nodeName,
     watch: data.watch.map((entry) => ({
       path: normalizeDir(entry.path),
       recursive: entry.recursive,
@@ -92,7 +107,24 @@ export function toPolicy(data: FilledPolicy, handlerOrder: readonly string[], so
     },
     api: { socket: api.socket, socketGroup: api.socketGroup, metrics: api.metrics },
     log: { ...data.log },
+    fleet: data.fleet ? toFleetPolicy(data.fleet, nodeName) : null,
     source,
+  };
+}
+
+/** The client id defaults to the node name, so a broker ACL keyed on the client id matches the node's topics. */
+function toFleetPolicy(fleet: FilledFleet, nodeName: string): FleetPolicy {
+  return {
+    brokers: [...fleet.brokers],
+    clientId: fleet.clientId ?? nodeName,
+    prefix: fleet.prefix,
+    qos: fleet.qos,
+    keepaliveMs: parseDuration(fleet.keepalive),
+    usernameFile: fleet.usernameFile,
+    passwordFile: fleet.passwordFile,
+    tls: { ...fleet.tls },
+    minIntervalMs: parseDuration(fleet.minInterval),
+    events: fleet.events,
   };
 }
 
@@ -142,5 +174,22 @@ export function policyToData(policy: Policy): Record<string, unknown> {
     security: { ...policy.security, socketOwners: [...policy.security.socketOwners] },
     api: { ...policy.api },
     log: { ...policy.log },
+    ...(policy.fleet === null ? {} : { fleet: fleetToData(policy.fleet) }),
+  };
+}
+
+function fleetToData(fleet: FleetPolicy): Record<string, unknown> {
+  const { keepaliveMs, minIntervalMs, ...rest } = fleet;
+  return {
+    brokers: [...rest.brokers],
+    clientId: rest.clientId,
+    prefix: rest.prefix,
+    qos: rest.qos,
+    keepalive: formatDuration(keepaliveMs),
+    usernameFile: rest.usernameFile,
+    passwordFile: rest.passwordFile,
+    tls: { ...rest.tls },
+    minInterval: formatDuration(minIntervalMs),
+    events: rest.events,
   };
 }

@@ -47,6 +47,7 @@ test("a minimal policy gets every default", () => {
     security: { socketOwners: uid === 0 ? [0] : [0, uid], maxPlugins: 1024, maxDevicesPerResource: 100_000 },
     api: { socket: "/run/edgeplug/api.sock", socketGroup: null, metrics: null },
     log: { level: "info", format: "json" },
+    fleet: null,
     source: "minimal.yaml",
   });
 });

@@ -24,7 +24,11 @@ const POSITIVE_DURATIONS: readonly Segment[][] = [
   ["reconcile", "timeouts", "dial"],
   ["reconcile", "timeouts", "getInfo"],
   ["reconcile", "timeouts", "notify"],
+  ["fleet", "keepalive"],
 ];
+
+/** MQTT carries the keepalive in 16 bits of seconds. */
+const MAX_KEEPALIVE_MS = 65_535_000;
 
 /** Every duration setting of the schema (the properties whose pattern is the duration pattern). */
 export const DURATION_SETTINGS: readonly Segment[][] = durationSettings(POLICY_SCHEMA, []);
@@ -74,7 +78,7 @@ export function keyIssues(source: SourceMap): PolicyIssue[] {
 /** The rules on values, checked on the data with defaults filled in. */
 export function semanticIssues(source: SourceMap, data: unknown): PolicyIssue[] {
   if (!isRecord(data)) return [];
-  return [...watchIssues(source, data), ...durationIssues(source, data)];
+  return [...watchIssues(source, data), ...durationIssues(source, data), ...fleetIssues(source, data)];
 }
 
 function watchIssues(source: SourceMap, data: Record<string, unknown>): PolicyIssue[] {
@@ -161,6 +165,23 @@ function durationIssues(source: SourceMap, data: Record<string, unknown>): Polic
         ? source.issueAt(initial, "value", `expected at most reconcile.backoff.max (${formatDuration(maxMs)}), got ${given(initial)}`)
         : source.issueAt(max, "value", `expected at least reconcile.backoff.initial (${formatDuration(initialMs)}), got ${given(max)}`),
     );
+  }
+  return issues;
+}
+
+/** The keepalive fits MQTT's field; a client certificate comes with its key. */
+function fleetIssues(source: SourceMap, data: Record<string, unknown>): PolicyIssue[] {
+  const fleet = data.fleet;
+  if (!isRecord(fleet)) return [];
+  const issues: PolicyIssue[] = [];
+  const keepalive = fleet.keepalive;
+  if (typeof keepalive === "string" && isDuration(keepalive) && parseDuration(keepalive) > MAX_KEEPALIVE_MS) {
+    issues.push(source.issueAt(["fleet", "keepalive"], "value", `expected a duration of at most ${formatDuration(MAX_KEEPALIVE_MS)} (65535 s, MQTT's limit), got ${JSON.stringify(keepalive)}`));
+  }
+  const tls = fleet.tls;
+  if (isRecord(tls) && (typeof tls.cert === "string") !== (typeof tls.key === "string")) {
+    const [given, missing] = typeof tls.cert === "string" ? ["cert", "key"] : ["key", "cert"];
+    issues.push(source.issueAt(["fleet", "tls", given], "value", `expected fleet.tls.${missing} beside fleet.tls.${given} (a client certificate needs its key), got no ${missing}`));
   }
   return issues;
 }

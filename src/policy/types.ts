@@ -66,6 +66,23 @@ export interface Policy {
     metrics: string | null;
   };
   log: { level: LogLevel; format: LogFormat };
+  /** Publishing to an MQTT broker (docs/fleet.md); null: off. */
+  fleet: FleetPolicy | null;
   /** Where the policy came from: a file path, or "<embedded default>". */
   source: string;
+}
+
+export interface FleetPolicy {
+  /** mqtt:// or mqtts:// URLs, tried in turn. */
+  brokers: string[];
+  clientId: string;
+  prefix: string;
+  qos: 0 | 1;
+  keepaliveMs: number;
+  usernameFile: string | null;
+  passwordFile: string | null;
+  tls: { ca: string | null; cert: string | null; key: string | null };
+  /** 0: every change is published. */
+  minIntervalMs: number;
+  events: boolean;
 }

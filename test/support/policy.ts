@@ -45,6 +45,7 @@ export function testPolicy(options: TestPolicyOptions): Policy {
     security: { socketOwners: options.socketOwners ?? [0], maxPlugins: options.maxPlugins ?? 1024, maxDevicesPerResource: 100_000 },
     api: { socket: null, socketGroup: null, metrics: null },
     log: { level: "warn", format: "text" },
+    fleet: null,
     source: "<test>",
   };
 }

@@ -3,11 +3,13 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}},"fleet":{"description":"Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published","type":"object","additionalProperties":false,"required":["brokers"],"properties":{"brokers":{"description":"Broker URLs (mqtt:// or mqtts://), tried in turn: the link moves to the next when one goes","minItems":1,"maxItems":16,"items":{"type":"string","pattern":"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},"type":"array"},"clientId":{"description":"MQTT client id; default: the node name (a broker ACL can then match topics to it)","type":"string","minLength":1,"maxLength":128},"prefix":{"description":"First topic levels: topics are PREFIX/v1/NODE/online, status and events","type":"string","pattern":"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$","maxLength":256,"default":"edgeplug"},"qos":{"description":"MQTT QoS of every publish","enum":[0,1],"default":1},"keepalive":{"description":"MQTT keepalive; the online topic is refreshed at this period too; above 0 and at most 18h12m15s (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"30s"},"usernameFile":{"description":"File holding the user name (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"passwordFile":{"description":"File holding the password (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"tls":{"description":"TLS for mqtts:// brokers (files in PEM)","type":"object","additionalProperties":false,"default":{},"properties":{"ca":{"description":"CA certificates the broker's certificate must chain to; null: the system's","type":["string","null"],"pattern":"^/","default":null},"cert":{"description":"Client certificate, with key; null: none","type":["string","null"],"pattern":"^/","default":null},"key":{"description":"Client private key, with cert; refused when group- or world-readable; null: none","type":["string","null"],"pattern":"^/","default":null}}},"minInterval":{"description":"Least time between two status publishes (the latest status wins); 0 publishes every change (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"events":{"description":"Publish each event on PREFIX/v1/NODE/events","type":"boolean","default":true}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^/", "u");
 const pattern2 = new RegExp("^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$", "u");
 const pattern12 = new RegExp("^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$", "u");
+const pattern13 = new RegExp("^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$", "u");
+const pattern14 = new RegExp("^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$", "u");
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -1639,14 +1641,420 @@ vErrors.push(err122);
 }
 errors++;
 }
+if(data.fleet !== undefined){
+let data66 = data.fleet;
+if(data66 && typeof data66 == "object" && !Array.isArray(data66)){
+if(data66.prefix === undefined){
+data66.prefix = "edgeplug";
 }
-else {
-const err123 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data66.qos === undefined){
+data66.qos = 1;
+}
+if(data66.keepalive === undefined){
+data66.keepalive = "30s";
+}
+if(data66.usernameFile === undefined){
+data66.usernameFile = null;
+}
+if(data66.passwordFile === undefined){
+data66.passwordFile = null;
+}
+if(data66.tls === undefined){
+data66.tls = {};
+}
+if(data66.minInterval === undefined){
+data66.minInterval = "1s";
+}
+if(data66.events === undefined){
+data66.events = true;
+}
+if(data66.brokers === undefined){
+const err123 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/required",keyword:"required",params:{missingProperty: "brokers"},message:"must have required property '"+"brokers"+"'"};
 if(vErrors === null){
 vErrors = [err123];
 }
 else {
 vErrors.push(err123);
+}
+errors++;
+}
+for(const key17 in data66){
+if(!(func2.call(schema11.properties.fleet.properties, key17))){
+const err124 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"};
+if(vErrors === null){
+vErrors = [err124];
+}
+else {
+vErrors.push(err124);
+}
+errors++;
+}
+}
+if(data66.brokers !== undefined){
+let data67 = data66.brokers;
+if(Array.isArray(data67)){
+if(data67.length > 16){
+const err125 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/maxItems",keyword:"maxItems",params:{limit: 16},message:"must NOT have more than 16 items"};
+if(vErrors === null){
+vErrors = [err125];
+}
+else {
+vErrors.push(err125);
+}
+errors++;
+}
+if(data67.length < 1){
+const err126 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+if(vErrors === null){
+vErrors = [err126];
+}
+else {
+vErrors.push(err126);
+}
+errors++;
+}
+const len15 = data67.length;
+for(let i16=0; i16<len15; i16++){
+let data68 = data67[i16];
+if(typeof data68 === "string"){
+if(!pattern13.test(data68)){
+const err127 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/pattern",keyword:"pattern",params:{pattern: "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},message:"must match pattern \""+"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"+"\""};
+if(vErrors === null){
+vErrors = [err127];
+}
+else {
+vErrors.push(err127);
+}
+errors++;
+}
+}
+else {
+const err128 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err128];
+}
+else {
+vErrors.push(err128);
+}
+errors++;
+}
+}
+}
+else {
+const err129 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err129];
+}
+else {
+vErrors.push(err129);
+}
+errors++;
+}
+}
+if(data66.clientId !== undefined){
+let data69 = data66.clientId;
+if(typeof data69 === "string"){
+if(data69.length > 128){
+const err130 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
+if(vErrors === null){
+vErrors = [err130];
+}
+else {
+vErrors.push(err130);
+}
+errors++;
+}
+if(data69.length < 1){
+const err131 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err131];
+}
+else {
+vErrors.push(err131);
+}
+errors++;
+}
+}
+else {
+const err132 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err132];
+}
+else {
+vErrors.push(err132);
+}
+errors++;
+}
+}
+let data70 = data66.prefix;
+if(typeof data70 === "string"){
+if(data70.length > 256){
+const err133 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/maxLength",keyword:"maxLength",params:{limit: 256},message:"must NOT have more than 256 characters"};
+if(vErrors === null){
+vErrors = [err133];
+}
+else {
+vErrors.push(err133);
+}
+errors++;
+}
+if(!pattern14.test(data70)){
+const err134 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/pattern",keyword:"pattern",params:{pattern: "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"},message:"must match pattern \""+"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"+"\""};
+if(vErrors === null){
+vErrors = [err134];
+}
+else {
+vErrors.push(err134);
+}
+errors++;
+}
+}
+else {
+const err135 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err135];
+}
+else {
+vErrors.push(err135);
+}
+errors++;
+}
+let data71 = data66.qos;
+if(!((data71 === 0) || (data71 === 1))){
+const err136 = {instancePath:instancePath+"/fleet/qos",schemaPath:"#/properties/fleet/properties/qos/enum",keyword:"enum",params:{allowedValues: schema11.properties.fleet.properties.qos.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err136];
+}
+else {
+vErrors.push(err136);
+}
+errors++;
+}
+let data72 = data66.keepalive;
+if(typeof data72 === "string"){
+if(!pattern2.test(data72)){
+const err137 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(vErrors === null){
+vErrors = [err137];
+}
+else {
+vErrors.push(err137);
+}
+errors++;
+}
+}
+else {
+const err138 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err138];
+}
+else {
+vErrors.push(err138);
+}
+errors++;
+}
+let data73 = data66.usernameFile;
+if((typeof data73 !== "string") && (data73 !== null)){
+const err139 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.usernameFile.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err139];
+}
+else {
+vErrors.push(err139);
+}
+errors++;
+}
+if(typeof data73 === "string"){
+if(!pattern0.test(data73)){
+const err140 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if(vErrors === null){
+vErrors = [err140];
+}
+else {
+vErrors.push(err140);
+}
+errors++;
+}
+}
+let data74 = data66.passwordFile;
+if((typeof data74 !== "string") && (data74 !== null)){
+const err141 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.passwordFile.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err141];
+}
+else {
+vErrors.push(err141);
+}
+errors++;
+}
+if(typeof data74 === "string"){
+if(!pattern0.test(data74)){
+const err142 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if(vErrors === null){
+vErrors = [err142];
+}
+else {
+vErrors.push(err142);
+}
+errors++;
+}
+}
+let data75 = data66.tls;
+if(data75 && typeof data75 == "object" && !Array.isArray(data75)){
+if(data75.ca === undefined){
+data75.ca = null;
+}
+if(data75.cert === undefined){
+data75.cert = null;
+}
+if(data75.key === undefined){
+data75.key = null;
+}
+for(const key18 in data75){
+if(!(((key18 === "ca") || (key18 === "cert")) || (key18 === "key"))){
+const err143 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key18},message:"must NOT have additional properties"};
+if(vErrors === null){
+vErrors = [err143];
+}
+else {
+vErrors.push(err143);
+}
+errors++;
+}
+}
+let data76 = data75.ca;
+if((typeof data76 !== "string") && (data76 !== null)){
+const err144 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.ca.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err144];
+}
+else {
+vErrors.push(err144);
+}
+errors++;
+}
+if(typeof data76 === "string"){
+if(!pattern0.test(data76)){
+const err145 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if(vErrors === null){
+vErrors = [err145];
+}
+else {
+vErrors.push(err145);
+}
+errors++;
+}
+}
+let data77 = data75.cert;
+if((typeof data77 !== "string") && (data77 !== null)){
+const err146 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.cert.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err146];
+}
+else {
+vErrors.push(err146);
+}
+errors++;
+}
+if(typeof data77 === "string"){
+if(!pattern0.test(data77)){
+const err147 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if(vErrors === null){
+vErrors = [err147];
+}
+else {
+vErrors.push(err147);
+}
+errors++;
+}
+}
+let data78 = data75.key;
+if((typeof data78 !== "string") && (data78 !== null)){
+const err148 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.key.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err148];
+}
+else {
+vErrors.push(err148);
+}
+errors++;
+}
+if(typeof data78 === "string"){
+if(!pattern0.test(data78)){
+const err149 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if(vErrors === null){
+vErrors = [err149];
+}
+else {
+vErrors.push(err149);
+}
+errors++;
+}
+}
+}
+else {
+const err150 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err150];
+}
+else {
+vErrors.push(err150);
+}
+errors++;
+}
+let data79 = data66.minInterval;
+if(typeof data79 === "string"){
+if(!pattern2.test(data79)){
+const err151 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(vErrors === null){
+vErrors = [err151];
+}
+else {
+vErrors.push(err151);
+}
+errors++;
+}
+}
+else {
+const err152 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err152];
+}
+else {
+vErrors.push(err152);
+}
+errors++;
+}
+if(typeof data66.events !== "boolean"){
+const err153 = {instancePath:instancePath+"/fleet/events",schemaPath:"#/properties/fleet/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(vErrors === null){
+vErrors = [err153];
+}
+else {
+vErrors.push(err153);
+}
+errors++;
+}
+}
+else {
+const err154 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err154];
+}
+else {
+vErrors.push(err154);
+}
+errors++;
+}
+}
+}
+else {
+const err155 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err155];
+}
+else {
+vErrors.push(err155);
 }
 errors++;
 }
