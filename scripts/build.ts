@@ -151,7 +151,7 @@ async function main(): Promise<void> {
           EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
           EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
         },
-        plugins: group === "base" ? [] : [onlyCommands(group)],
+        plugins: group === "base" ? [withoutSocks] : [withoutSocks, onlyCommands(group)],
       }),
     ),
     build({ ...common, entryPoints: [path.join(root, "src", "sea-loader.ts")], outfile: loaderFile }),
@@ -266,6 +266,23 @@ function onlyCommands(group: Exclude<CodeCacheName, "base">) {
     },
   };
 }
+
+/**
+ * mqtt.js (the fleet link) dials through a SOCKS proxy when MQTTJS_SOCKS_PROXY
+ * names one, with the `socks` package. The fleet link refuses to start under
+ * that variable (src/fleet/link.ts), so the package is left out of the bundle
+ * for a stub whose client fails the way a failed proxy does.
+ */
+const withoutSocks = {
+  name: "without-socks",
+  setup(plugin: PluginBuild) {
+    plugin.onResolve({ filter: /^socks$/ }, () => ({ path: "socks", namespace: "without-socks" }));
+    plugin.onLoad({ filter: /.*/, namespace: "without-socks" }, () => ({
+      contents: 'exports.SocksClient = class { constructor() { throw new Error("edgeplug: SOCKS proxies are not supported"); } };',
+      loader: "js",
+    }));
+  },
+};
 
 main().catch((error: unknown) => {
   process.stderr.write(`build failed: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -33,6 +33,7 @@ import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manag
 import { REGISTRATION_ATTEMPTS_AT_ONCE } from "./pluginmanager/registration.ts";
 import { PluginStatusCache } from "./api/plugin-status.ts";
 import { LivenessDial } from "./liveness/dial.ts";
+import { Fleet } from "./fleet/fleet.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "./handlers/factories.ts";
@@ -67,6 +68,7 @@ export class EdgeplugAgent {
   readonly events: EventStream;
   readonly health: Health;
   readonly #liveness: LivenessDial;
+  readonly #fleet: Fleet;
   readonly metrics: AgentMetrics | null;
   /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
   #policy: Policy;
@@ -119,6 +121,7 @@ export class EdgeplugAgent {
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status());
+    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry });
     this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
@@ -185,6 +188,7 @@ export class EdgeplugAgent {
       throw error;
     }
     this.health.markDone(GATE_INITIAL_WALK);
+    this.#fleet.apply(this.#policy);
     logDescriptorLimit(this.#log, this.#policy, REGISTRATION_ATTEMPTS_AT_ONCE);
     this.#log.info("edgeplug running", {
       node: this.#policy.nodeName,
@@ -213,7 +217,7 @@ export class EdgeplugAgent {
   }
 
   status(): StatusResponse {
-    return buildStatus({
+    return Object.assign(buildStatus({
       node: this.#policy.nodeName,
       plugins: this.pluginStatus.plugins(),
       details: (record) => csiDraDetails(this.#csiDra, record),
@@ -221,14 +225,10 @@ export class EdgeplugAgent {
       allocations: this.devices.allocations(),
       checkpoint: checkpointStatus(this.#policy.checkpoint.path, this.devices.checkpointState()),
       watchLimits: this.manager.watchLimitsReached(),
-    });
+    }), { fleet: this.#fleet.linkStatus() });
   }
 
-  /**
-   * Applies a validated policy: watch dirs, handlers, security, reconcile and
-   * log settings at once; settings bound at start keep their old value and
-   * are logged as needing a restart.
-   */
+  /** Applies a validated policy at once (watch dirs, handlers, security, reconcile, log, fleet); settings bound at start keep their old value, logged as needing a restart. */
   applyPolicy(next: Policy): void {
     const previous = this.#policy;
     const needRestart = RESTART_SETTINGS.filter(([, read]) => read(previous) !== read(next));
@@ -246,6 +246,7 @@ export class EdgeplugAgent {
     this.devices.applySettings(deviceSettings(effective));
     this.manager.applyPolicy(effective);
     this.#liveness.setPolicy(effective);
+    this.#fleet.apply(effective);
     this.#policy = effective;
     this.metrics?.observeConfigReload(true);
     this.#log.info("policy reloaded", { policy: next.source, restartNeeded: needRestart.map(([key]) => key) });
@@ -261,7 +262,7 @@ export class EdgeplugAgent {
     this.#stopped ??= (async () => {
       this.events.close();
       this.#liveness.stop();
-      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop()]);
+      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop(), this.#fleet.stop()]);
       await Promise.all([this.devices.stop(), this.#csiDra.dra.close()]);
       this.metrics?.close();
     })();

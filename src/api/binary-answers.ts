@@ -56,6 +56,7 @@ export function statusResponseView(status: StatusResponse): StatusResponseView {
     allocations: status.allocations,
     checkpoint: status.checkpoint,
     watchLimits: status.watchLimits,
+    fleet: status.fleet,
   });
 }
 

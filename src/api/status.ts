@@ -19,6 +19,7 @@ import { printable } from "../log/printable.ts";
 import type { FailureReason } from "../pluginmanager/types.ts";
 import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import type { PluginRecord } from "./plugin-status.ts";
+import { fleetLinkLines } from "../fleet/link-text.ts";
 import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {
@@ -183,7 +184,7 @@ function isPlainObject(value: JsonValue): value is JsonObject {
  * resources and allocations when there are any.
  */
 export function statusToText(status: StatusResponse, now: Date = new Date()): string {
-  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status), ...watchLimitsLines(status)];
+  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status), ...watchLimitsLines(status), ...fleetLinkLines(status, now)];
   if (status.plugins.length === 0) {
     lines.push("", "no plugin sockets found");
   } else {

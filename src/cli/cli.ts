@@ -35,6 +35,7 @@ export const COMMANDS: Readonly<Record<string, CommandLoader>> = {
   allocate: async () => (await import("./allocate.ts")).allocateCommand,
   release: async () => (await import("./release.ts")).releaseCommand,
   checkpoint: async () => (await import("./checkpoint.ts")).checkpointCommand,
+  fleet: async () => (await import("./fleet.ts")).fleetCommand,
   version: async () => (await import("./version.ts")).versionCommand,
   help: async () => createHelpCommand(loadAllCommands),
 };

@@ -45,6 +45,11 @@ export const LIBRARY_VARIABLES: readonly IgnoredVariable[] = [
   { name: "LOG_TOKENS", effect: "the yaml library prints every token of a parsed policy on stdout" },
   { name: "LOG_STREAM", effect: "the yaml library prints every parsed policy node on stdout" },
   { name: "BUF_BIGINT_DISABLE", effect: "@bufbuild/protobuf represents 64-bit integers (device topology IDs) as strings instead of bigints" },
+  { name: "MQTTJS_SOCKS_PROXY", effect: "mqtt.js sends the fleet link through that SOCKS proxy (the fleet link refuses to start under it)" },
+  { name: "DEBUG", effect: "the debug library (used by mqtt.js) prints the fleet link's packets and state on stderr" },
+  { name: "READABLE_STREAM", effect: "readable-stream (used by mqtt.js) swaps in Node's own stream module when it is \"disable\"" },
+  { name: "WS_NO_BUFFER_UTIL", effect: "ws (bundled with mqtt.js, never used for mqtt:// and mqtts://) skips its optional native module" },
+  { name: "WS_NO_UTF_8_VALIDATE", effect: "ws (bundled with mqtt.js, never used for mqtt:// and mqtts://) skips its optional native module" },
 ];
 
 /**
@@ -59,11 +64,11 @@ export const UNIT_ONLY_VARIABLES: readonly IgnoredVariable[] = [
   { name: "OPENSSL_MODULES", effect: "where OpenSSL looks for provider libraries named in its configuration" },
   { name: "OPENSSL_ENGINES", effect: "where OpenSSL looks for engine libraries named in its configuration" },
   { name: "UV_USE_IO_URING", effect: "libuv's use of io_uring for file operations (no difference observed)" },
-  { name: "NODE_EXTRA_CA_CERTS", effect: "none: edgeplug makes no TLS connections" },
-  { name: "NODE_TLS_REJECT_UNAUTHORIZED", effect: "none: edgeplug makes no TLS connections" },
-  { name: "NODE_USE_SYSTEM_CA", effect: "none: edgeplug makes no TLS connections" },
-  { name: "SSL_CERT_FILE", effect: "none: edgeplug makes no TLS connections" },
-  { name: "SSL_CERT_DIR", effect: "none: edgeplug makes no TLS connections" },
+  { name: "NODE_EXTRA_CA_CERTS", effect: "CAs the fleet link's mqtts:// connections trust besides Node's (its only TLS)" },
+  { name: "NODE_TLS_REJECT_UNAUTHORIZED", effect: "none: the fleet link's mqtts:// connections set rejectUnauthorized themselves" },
+  { name: "NODE_USE_SYSTEM_CA", effect: "the fleet link's mqtts:// connections trust the system's CAs when fleet.tls.ca is null" },
+  { name: "SSL_CERT_FILE", effect: "CAs OpenSSL loads for the fleet link's mqtts:// connections when fleet.tls.ca is null" },
+  { name: "SSL_CERT_DIR", effect: "CAs OpenSSL loads for the fleet link's mqtts:// connections when fleet.tls.ca is null" },
   { name: "NODE_USE_ENV_PROXY", effect: "none: every request edgeplug makes goes to a unix socket, which Node never proxies" },
 ];
 

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edgeplug/v1/agent.proto.
  */
 export const file_edgeplug_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCKjAgoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIxCgpjaGVja3BvaW50GAYgASgLMh0uZWRnZXBsdWcudjEuQ2hlY2twb2ludFN0YXR1cxI0Cgx3YXRjaF9saW1pdHMYByABKAsyHi5lZGdlcGx1Zy52MS5XYXRjaExpbWl0c1N0YXR1cyKsAQoRV2F0Y2hMaW1pdHNTdGF0dXMSGwoTd2F0Y2hlZF9kaXJlY3RvcmllcxgBIAEoDRIXCg9kaXJlY3RvcnlfbGltaXQYAiABKA0SFQoNa25vd25fc29ja2V0cxgDIAEoDRIUCgxzb2NrZXRfbGltaXQYBCABKA0SGwoTc2tpcHBlZF9kaXJlY3RvcmllcxgFIAEoDRIXCg9za2lwcGVkX3NvY2tldHMYBiABKA0i3AMKDFBsdWdpblN0YXR1cxIOCgZzb2NrZXQYASABKAkSEQoEdHlwZRgCIAEoCUgAiAEBEhEKBG5hbWUYAyABKAlIAYgBARIVCghlbmRwb2ludBgEIAEoCUgCiAEBEhAKCHZlcnNpb25zGAUgAygJEg0KBXN0YXRlGAYgASgJEhAKCGF0dGVtcHRzGAcgASgNEjEKDXJlZ2lzdGVyZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKBWVycm9yGAkgASgJSAOIAQESMQoNZGlzY292ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoPbGFzdF9hdHRlbXB0X2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgZyZWFzb24YDCABKAlIBIgBARIpCgNjc2kYFCABKAsyHC5lZGdlcGx1Zy52MS5Dc2lEcml2ZXJTdGF0dXMSKQoDZHJhGBUgASgLMhwuZWRnZXBsdWcudjEuRHJhRHJpdmVyU3RhdHVzQgcKBV90eXBlQgcKBV9uYW1lQgsKCV9lbmRwb2ludEIICgZfZXJyb3JCCQoHX3JlYXNvbiLzAQoPQ3NpRHJpdmVyU3RhdHVzEg8KB3ZlcnNpb24YASABKAkSDwoHbm9kZV9pZBgCIAEoCRIcChRtYXhfdm9sdW1lc19wZXJfbm9kZRgDIAEoAxI8Cgh0b3BvbG9neRgEIAMoCzIqLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cy5Ub3BvbG9neUVudHJ5EhYKDnZlbmRvcl92ZXJzaW9uGAUgASgJEhkKEW5vZGVfY2FwYWJpbGl0aWVzGAYgAygJGi8KDVRvcG9sb2d5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ1Cg9EcmFEcml2ZXJTdGF0dXMSDwoHc2VydmljZRgBIAEoCRIRCgljb25uZWN0ZWQYAiABKAgSGAoQZHJpdmVyX2Nvbm5lY3RlZBgDIAEoCBIRCglpbnN0YW5jZXMYBCABKA0SEQoJcHJlZmVycmVkGAUgASgIIqsBCg5SZXNvdXJjZVN0YXR1cxIMCgRuYW1lGAEgASgJEhAKCGNhcGFjaXR5GAIgASgNEhMKC2FsbG9jYXRhYmxlGAMgASgNEg8KB2hlYWx0aHkYBCADKAkSEQoJdW5oZWFsdGh5GAUgAygJEhEKCWNvbm5lY3RlZBgGIAEoCBIPCgdzb2NrZXRzGAcgAygJEhIKBWVycm9yGAggASgJSACIAQFCCAoGX2Vycm9yIogCChBDaGVja3BvaW50U3RhdHVzEgwKBHBhdGgYASABKAkSDwoHcmVzdG9yZRgCIAEoCRIaCg1yZXN0b3JlX2Vycm9yGAMgASgJSACIAQESFQoIbW92ZWRfdG8YBCABKAlIAYgBARIOCgZ3cml0ZXMYBSABKA0SFgoOd3JpdGVfZmFpbHVyZXMYBiABKA0SMQoNbGFzdF93cml0ZV9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoLd3JpdGVfZXJyb3IYCCABKAlIAogBAUIQCg5fcmVzdG9yZV9lcnJvckILCglfbW92ZWRfdG9CDgoMX3dyaXRlX2Vycm9yIlcKEEFsbG9jYXRpb25TdGF0dXMSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEhAKCHJlc291cmNlGAMgASgJEg8KB2RldmljZXMYBCADKAkiZAoPQWxsb2NhdGVSZXF1ZXN0Eg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIvCglyZXNvdXJjZXMYAyADKAsyHC5lZGdlcGx1Zy52MS5SZXNvdXJjZVJlcXVlc3QiMgoPUmVzb3VyY2VSZXF1ZXN0EhAKCHJlc291cmNlGAEgASgJEg0KBWNvdW50GAIgASgNIkgKEEFsbG9jYXRlUmVzcG9uc2USNAoLYWxsb2NhdGlvbnMYASADKAsyHy5lZGdlcGx1Zy52MS5SZXNvdXJjZUFsbG9jYXRpb24ijwEKElJlc291cmNlQWxsb2NhdGlvbhINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCRI0CghyZXNwb25zZRgFIAEoCzIiLnYxYmV0YTEuQ29udGFpbmVyQWxsb2NhdGVSZXNwb25zZSIfCg5SZWxlYXNlUmVxdWVzdBINCgVvd25lchgBIAEoCSJCCg9SZWxlYXNlUmVzcG9uc2USLwoIcmVsZWFzZWQYASADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzIhQKEldhdGNoRXZlbnRzUmVxdWVzdCLDAgoFRXZlbnQSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoIc25hcHNob3QYAyABKAsyGy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZUgAEioKBnBsdWdpbhgEIAEoCzIYLmVkZ2VwbHVnLnYxLlBsdWdpbkV2ZW50SAASLgoIcmVzb3VyY2UYBSABKAsyGi5lZGdlcGx1Zy52MS5SZXNvdXJjZUV2ZW50SAASMgoKYWxsb2NhdGlvbhgGIAEoCzIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25FdmVudEgAEjUKDHdhdGNoX2xpbWl0cxgHIAEoCzIdLmVkZ2VwbHVnLnYxLldhdGNoTGltaXRzRXZlbnRIAEIGCgRraW5kIkgKEFdhdGNoTGltaXRzRXZlbnQSNAoMd2F0Y2hfbGltaXRzGAEgASgLMh4uZWRnZXBsdWcudjEuV2F0Y2hMaW1pdHNTdGF0dXMiSQoLUGx1Z2luRXZlbnQSKQoGcGx1Z2luGAEgASgLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiTwoNUmVzb3VyY2VFdmVudBItCghyZXNvdXJjZRgBIAEoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEg8KB3JlbW92ZWQYAiABKAgiZgoPQWxsb2NhdGlvbkV2ZW50Eg0KBW93bmVyGAEgASgJEjIKC2FsbG9jYXRpb25zGAIgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIQCghyZWxlYXNlZBgDIAEoCDKnAgoFQWdlbnQSQwoGU3RhdHVzEhouZWRnZXBsdWcudjEuU3RhdHVzUmVxdWVzdBobLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlIgASSQoIQWxsb2NhdGUSHC5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlcXVlc3QaHS5lZGdlcGx1Zy52MS5BbGxvY2F0ZVJlc3BvbnNlIgASRgoHUmVsZWFzZRIbLmVkZ2VwbHVnLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZWRnZXBsdWcudjEuUmVsZWFzZVJlc3BvbnNlIgASRgoLV2F0Y2hFdmVudHMSHy5lZGdlcGx1Zy52MS5XYXRjaEV2ZW50c1JlcXVlc3QaEi5lZGdlcGx1Zy52MS5FdmVudCIAMAFiBnByb3RvMw", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
+  fileDesc("ChdlZGdlcGx1Zy92MS9hZ2VudC5wcm90bxILZWRnZXBsdWcudjEiDwoNU3RhdHVzUmVxdWVzdCLQAgoOU3RhdHVzUmVzcG9uc2USCgoCb2sYASABKAgSDAoEbm9kZRgCIAEoCRIqCgdwbHVnaW5zGAMgAygLMhkuZWRnZXBsdWcudjEuUGx1Z2luU3RhdHVzEi4KCXJlc291cmNlcxgEIAMoCzIbLmVkZ2VwbHVnLnYxLlJlc291cmNlU3RhdHVzEjIKC2FsbG9jYXRpb25zGAUgAygLMh0uZWRnZXBsdWcudjEuQWxsb2NhdGlvblN0YXR1cxIxCgpjaGVja3BvaW50GAYgASgLMh0uZWRnZXBsdWcudjEuQ2hlY2twb2ludFN0YXR1cxI0Cgx3YXRjaF9saW1pdHMYByABKAsyHi5lZGdlcGx1Zy52MS5XYXRjaExpbWl0c1N0YXR1cxIrCgVmbGVldBgIIAEoCzIcLmVkZ2VwbHVnLnYxLkZsZWV0TGlua1N0YXR1cyL7AQoPRmxlZXRMaW5rU3RhdHVzEg0KBXN0YXRlGAEgASgJEg4KBmJyb2tlchgCIAEoCRISCgVlcnJvchgDIAEoCUgAiAEBEikKBXNpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X3B1Ymxpc2hfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXB1Ymxpc2hlcxgGIAEoDRINCgVkcm9wcxgHIAEoDRISCgpyZWNvbm5lY3RzGAggASgNEhUKDXF1ZXVlZF9ldmVudHMYCSABKA1CCAoGX2Vycm9yIqwBChFXYXRjaExpbWl0c1N0YXR1cxIbChN3YXRjaGVkX2RpcmVjdG9yaWVzGAEgASgNEhcKD2RpcmVjdG9yeV9saW1pdBgCIAEoDRIVCg1rbm93bl9zb2NrZXRzGAMgASgNEhQKDHNvY2tldF9saW1pdBgEIAEoDRIbChNza2lwcGVkX2RpcmVjdG9yaWVzGAUgASgNEhcKD3NraXBwZWRfc29ja2V0cxgGIAEoDSLcAwoMUGx1Z2luU3RhdHVzEg4KBnNvY2tldBgBIAEoCRIRCgR0eXBlGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhUKCGVuZHBvaW50GAQgASgJSAKIAQESEAoIdmVyc2lvbnMYBSADKAkSDQoFc3RhdGUYBiABKAkSEAoIYXR0ZW1wdHMYByABKA0SMQoNcmVnaXN0ZXJlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoFZXJyb3IYCSABKAlIA4gBARIxCg1kaXNjb3ZlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2F0dGVtcHRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKBnJlYXNvbhgMIAEoCUgEiAEBEikKA2NzaRgUIAEoCzIcLmVkZ2VwbHVnLnYxLkNzaURyaXZlclN0YXR1cxIpCgNkcmEYFSABKAsyHC5lZGdlcGx1Zy52MS5EcmFEcml2ZXJTdGF0dXNCBwoFX3R5cGVCBwoFX25hbWVCCwoJX2VuZHBvaW50QggKBl9lcnJvckIJCgdfcmVhc29uIvMBCg9Dc2lEcml2ZXJTdGF0dXMSDwoHdmVyc2lvbhgBIAEoCRIPCgdub2RlX2lkGAIgASgJEhwKFG1heF92b2x1bWVzX3Blcl9ub2RlGAMgASgDEjwKCHRvcG9sb2d5GAQgAygLMiouZWRnZXBsdWcudjEuQ3NpRHJpdmVyU3RhdHVzLlRvcG9sb2d5RW50cnkSFgoOdmVuZG9yX3ZlcnNpb24YBSABKAkSGQoRbm9kZV9jYXBhYmlsaXRpZXMYBiADKAkaLwoNVG9wb2xvZ3lFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInUKD0RyYURyaXZlclN0YXR1cxIPCgdzZXJ2aWNlGAEgASgJEhEKCWNvbm5lY3RlZBgCIAEoCBIYChBkcml2ZXJfY29ubmVjdGVkGAMgASgIEhEKCWluc3RhbmNlcxgEIAEoDRIRCglwcmVmZXJyZWQYBSABKAgiqwEKDlJlc291cmNlU3RhdHVzEgwKBG5hbWUYASABKAkSEAoIY2FwYWNpdHkYAiABKA0SEwoLYWxsb2NhdGFibGUYAyABKA0SDwoHaGVhbHRoeRgEIAMoCRIRCgl1bmhlYWx0aHkYBSADKAkSEQoJY29ubmVjdGVkGAYgASgIEg8KB3NvY2tldHMYByADKAkSEgoFZXJyb3IYCCABKAlIAIgBAUIICgZfZXJyb3IiiAIKEENoZWNrcG9pbnRTdGF0dXMSDAoEcGF0aBgBIAEoCRIPCgdyZXN0b3JlGAIgASgJEhoKDXJlc3RvcmVfZXJyb3IYAyABKAlIAIgBARIVCghtb3ZlZF90bxgEIAEoCUgBiAEBEg4KBndyaXRlcxgFIAEoDRIWCg53cml0ZV9mYWlsdXJlcxgGIAEoDRIxCg1sYXN0X3dyaXRlX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgt3cml0ZV9lcnJvchgIIAEoCUgCiAEBQhAKDl9yZXN0b3JlX2Vycm9yQgsKCV9tb3ZlZF90b0IOCgxfd3JpdGVfZXJyb3IiVwoQQWxsb2NhdGlvblN0YXR1cxINCgVvd25lchgBIAEoCRIRCgljb250YWluZXIYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSDwoHZGV2aWNlcxgEIAMoCSJkCg9BbGxvY2F0ZVJlcXVlc3QSDQoFb3duZXIYASABKAkSEQoJY29udGFpbmVyGAIgASgJEi8KCXJlc291cmNlcxgDIAMoCzIcLmVkZ2VwbHVnLnYxLlJlc291cmNlUmVxdWVzdCIyCg9SZXNvdXJjZVJlcXVlc3QSEAoIcmVzb3VyY2UYASABKAkSDQoFY291bnQYAiABKA0iSAoQQWxsb2NhdGVSZXNwb25zZRI0CgthbGxvY2F0aW9ucxgBIAMoCzIfLmVkZ2VwbHVnLnYxLlJlc291cmNlQWxsb2NhdGlvbiKPAQoSUmVzb3VyY2VBbGxvY2F0aW9uEg0KBW93bmVyGAEgASgJEhEKCWNvbnRhaW5lchgCIAEoCRIQCghyZXNvdXJjZRgDIAEoCRIPCgdkZXZpY2VzGAQgAygJEjQKCHJlc3BvbnNlGAUgASgLMiIudjFiZXRhMS5Db250YWluZXJBbGxvY2F0ZVJlc3BvbnNlIh8KDlJlbGVhc2VSZXF1ZXN0Eg0KBW93bmVyGAEgASgJIkIKD1JlbGVhc2VSZXNwb25zZRIvCghyZWxlYXNlZBgBIAMoCzIdLmVkZ2VwbHVnLnYxLkFsbG9jYXRpb25TdGF0dXMiFAoSV2F0Y2hFdmVudHNSZXF1ZXN0IsMCCgVFdmVudBIQCghzZXF1ZW5jZRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCghzbmFwc2hvdBgDIAEoCzIbLmVkZ2VwbHVnLnYxLlN0YXR1c1Jlc3BvbnNlSAASKgoGcGx1Z2luGAQgASgLMhguZWRnZXBsdWcudjEuUGx1Z2luRXZlbnRIABIuCghyZXNvdXJjZRgFIAEoCzIaLmVkZ2VwbHVnLnYxLlJlc291cmNlRXZlbnRIABIyCgphbGxvY2F0aW9uGAYgASgLMhwuZWRnZXBsdWcudjEuQWxsb2NhdGlvbkV2ZW50SAASNQoMd2F0Y2hfbGltaXRzGAcgASgLMh0uZWRnZXBsdWcudjEuV2F0Y2hMaW1pdHNFdmVudEgAQgYKBGtpbmQiSAoQV2F0Y2hMaW1pdHNFdmVudBI0Cgx3YXRjaF9saW1pdHMYASABKAsyHi5lZGdlcGx1Zy52MS5XYXRjaExpbWl0c1N0YXR1cyJJCgtQbHVnaW5FdmVudBIpCgZwbHVnaW4YASABKAsyGS5lZGdlcGx1Zy52MS5QbHVnaW5TdGF0dXMSDwoHcmVtb3ZlZBgCIAEoCCJPCg1SZXNvdXJjZUV2ZW50Ei0KCHJlc291cmNlGAEgASgLMhsuZWRnZXBsdWcudjEuUmVzb3VyY2VTdGF0dXMSDwoHcmVtb3ZlZBgCIAEoCCJmCg9BbGxvY2F0aW9uRXZlbnQSDQoFb3duZXIYASABKAkSMgoLYWxsb2NhdGlvbnMYAiADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzEhAKCHJlbGVhc2VkGAMgASgIMqcCCgVBZ2VudBJDCgZTdGF0dXMSGi5lZGdlcGx1Zy52MS5TdGF0dXNSZXF1ZXN0GhsuZWRnZXBsdWcudjEuU3RhdHVzUmVzcG9uc2UiABJJCghBbGxvY2F0ZRIcLmVkZ2VwbHVnLnYxLkFsbG9jYXRlUmVxdWVzdBodLmVkZ2VwbHVnLnYxLkFsbG9jYXRlUmVzcG9uc2UiABJGCgdSZWxlYXNlEhsuZWRnZXBsdWcudjEuUmVsZWFzZVJlcXVlc3QaHC5lZGdlcGx1Zy52MS5SZWxlYXNlUmVzcG9uc2UiABJGCgtXYXRjaEV2ZW50cxIfLmVkZ2VwbHVnLnYxLldhdGNoRXZlbnRzUmVxdWVzdBoSLmVkZ2VwbHVnLnYxLkV2ZW50IgAwAWIGcHJvdG8z", [file_deviceplugin_v1beta1_api, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message edgeplug.v1.StatusRequest
@@ -79,6 +79,14 @@ export type StatusResponse = Message<"edgeplug.v1.StatusResponse"> & {
    * @generated from field: edgeplug.v1.WatchLimitsStatus watch_limits = 7;
    */
   watchLimits?: WatchLimitsStatus | undefined;
+
+  /**
+   * The link to the fleet's MQTT broker (policy fleet:, docs/fleet.md); unset while it is off.
+   * It never makes `ok` false: a broker that is away does not make the node unwell.
+   *
+   * @generated from field: edgeplug.v1.FleetLinkStatus fleet = 8;
+   */
+  fleet?: FleetLinkStatus | undefined;
 };
 
 /**
@@ -87,6 +95,77 @@ export type StatusResponse = Message<"edgeplug.v1.StatusResponse"> & {
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
   messageDesc(file_edgeplug_v1_agent, 1);
+
+/**
+ * @generated from message edgeplug.v1.FleetLinkStatus
+ */
+export type FleetLinkStatus = Message<"edgeplug.v1.FleetLinkStatus"> & {
+  /**
+   * "connecting" (no answer yet), "connected", or "error" (the last attempt failed, or the
+   * broker refused a publish: `error` says why; retried with backoff).
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * The broker URL in use or being tried.
+   *
+   * @generated from field: string broker = 2;
+   */
+  broker: string;
+
+  /**
+   * The broker's or the network's reason, while state is "error".
+   *
+   * @generated from field: optional string error = 3;
+   */
+  error?: string | undefined;
+
+  /**
+   * When the state last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 4;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_publish_at = 5;
+   */
+  lastPublishAt?: Timestamp | undefined;
+
+  /**
+   * Since the agent started: publishes the broker acknowledged, events dropped (queue full or
+   * refused), and connection attempts after a loss or failure.
+   *
+   * @generated from field: uint32 publishes = 6;
+   */
+  publishes: number;
+
+  /**
+   * @generated from field: uint32 drops = 7;
+   */
+  drops: number;
+
+  /**
+   * @generated from field: uint32 reconnects = 8;
+   */
+  reconnects: number;
+
+  /**
+   * Events waiting for the broker.
+   *
+   * @generated from field: uint32 queued_events = 9;
+   */
+  queuedEvents: number;
+};
+
+/**
+ * Describes the message edgeplug.v1.FleetLinkStatus.
+ * Use `create(FleetLinkStatusSchema)` to create a new message.
+ */
+export const FleetLinkStatusSchema: GenMessage<FleetLinkStatus> = /*@__PURE__*/
+  messageDesc(file_edgeplug_v1_agent, 2);
 
 /**
  * @generated from message edgeplug.v1.WatchLimitsStatus
@@ -134,7 +213,7 @@ export type WatchLimitsStatus = Message<"edgeplug.v1.WatchLimitsStatus"> & {
  * Use `create(WatchLimitsStatusSchema)` to create a new message.
  */
 export const WatchLimitsStatusSchema: GenMessage<WatchLimitsStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 2);
+  messageDesc(file_edgeplug_v1_agent, 3);
 
 /**
  * One registration socket, whatever became of it.
@@ -240,7 +319,7 @@ export type PluginStatus = Message<"edgeplug.v1.PluginStatus"> & {
  * Use `create(PluginStatusSchema)` to create a new message.
  */
 export const PluginStatusSchema: GenMessage<PluginStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 3);
+  messageDesc(file_edgeplug_v1_agent, 4);
 
 /**
  * A registered CSI node driver, as NodeGetInfo, NodeGetCapabilities and
@@ -295,7 +374,7 @@ export type CsiDriverStatus = Message<"edgeplug.v1.CsiDriverStatus"> & {
  * Use `create(CsiDriverStatusSchema)` to create a new message.
  */
 export const CsiDriverStatusSchema: GenMessage<CsiDriverStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 4);
+  messageDesc(file_edgeplug_v1_agent, 5);
 
 /**
  * One DRA plugin instance (registration socket) and its driver.
@@ -344,7 +423,7 @@ export type DraDriverStatus = Message<"edgeplug.v1.DraDriverStatus"> & {
  * Use `create(DraDriverStatusSchema)` to create a new message.
  */
 export const DraDriverStatusSchema: GenMessage<DraDriverStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 5);
+  messageDesc(file_edgeplug_v1_agent, 6);
 
 /**
  * @generated from message edgeplug.v1.ResourceStatus
@@ -404,7 +483,7 @@ export type ResourceStatus = Message<"edgeplug.v1.ResourceStatus"> & {
  * Use `create(ResourceStatusSchema)` to create a new message.
  */
 export const ResourceStatusSchema: GenMessage<ResourceStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 6);
+  messageDesc(file_edgeplug_v1_agent, 7);
 
 /**
  * @generated from message edgeplug.v1.CheckpointStatus
@@ -464,7 +543,7 @@ export type CheckpointStatus = Message<"edgeplug.v1.CheckpointStatus"> & {
  * Use `create(CheckpointStatusSchema)` to create a new message.
  */
 export const CheckpointStatusSchema: GenMessage<CheckpointStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 7);
+  messageDesc(file_edgeplug_v1_agent, 8);
 
 /**
  * @generated from message edgeplug.v1.AllocationStatus
@@ -496,7 +575,7 @@ export type AllocationStatus = Message<"edgeplug.v1.AllocationStatus"> & {
  * Use `create(AllocationStatusSchema)` to create a new message.
  */
 export const AllocationStatusSchema: GenMessage<AllocationStatus> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 8);
+  messageDesc(file_edgeplug_v1_agent, 9);
 
 /**
  * @generated from message edgeplug.v1.AllocateRequest
@@ -525,7 +604,7 @@ export type AllocateRequest = Message<"edgeplug.v1.AllocateRequest"> & {
  * Use `create(AllocateRequestSchema)` to create a new message.
  */
 export const AllocateRequestSchema: GenMessage<AllocateRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 9);
+  messageDesc(file_edgeplug_v1_agent, 10);
 
 /**
  * @generated from message edgeplug.v1.ResourceRequest
@@ -547,7 +626,7 @@ export type ResourceRequest = Message<"edgeplug.v1.ResourceRequest"> & {
  * Use `create(ResourceRequestSchema)` to create a new message.
  */
 export const ResourceRequestSchema: GenMessage<ResourceRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 10);
+  messageDesc(file_edgeplug_v1_agent, 11);
 
 /**
  * @generated from message edgeplug.v1.AllocateResponse
@@ -564,7 +643,7 @@ export type AllocateResponse = Message<"edgeplug.v1.AllocateResponse"> & {
  * Use `create(AllocateResponseSchema)` to create a new message.
  */
 export const AllocateResponseSchema: GenMessage<AllocateResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 11);
+  messageDesc(file_edgeplug_v1_agent, 12);
 
 /**
  * @generated from message edgeplug.v1.ResourceAllocation
@@ -603,7 +682,7 @@ export type ResourceAllocation = Message<"edgeplug.v1.ResourceAllocation"> & {
  * Use `create(ResourceAllocationSchema)` to create a new message.
  */
 export const ResourceAllocationSchema: GenMessage<ResourceAllocation> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 12);
+  messageDesc(file_edgeplug_v1_agent, 13);
 
 /**
  * @generated from message edgeplug.v1.ReleaseRequest
@@ -620,7 +699,7 @@ export type ReleaseRequest = Message<"edgeplug.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 13);
+  messageDesc(file_edgeplug_v1_agent, 14);
 
 /**
  * @generated from message edgeplug.v1.ReleaseResponse
@@ -639,7 +718,7 @@ export type ReleaseResponse = Message<"edgeplug.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 14);
+  messageDesc(file_edgeplug_v1_agent, 15);
 
 /**
  * @generated from message edgeplug.v1.WatchEventsRequest
@@ -652,7 +731,7 @@ export type WatchEventsRequest = Message<"edgeplug.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 15);
+  messageDesc(file_edgeplug_v1_agent, 16);
 
 /**
  * @generated from message edgeplug.v1.Event
@@ -711,7 +790,7 @@ export type Event = Message<"edgeplug.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 16);
+  messageDesc(file_edgeplug_v1_agent, 17);
 
 /**
  * The watcher started or stopped leaving directories or sockets out, or left
@@ -733,7 +812,7 @@ export type WatchLimitsEvent = Message<"edgeplug.v1.WatchLimitsEvent"> & {
  * Use `create(WatchLimitsEventSchema)` to create a new message.
  */
 export const WatchLimitsEventSchema: GenMessage<WatchLimitsEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 17);
+  messageDesc(file_edgeplug_v1_agent, 18);
 
 /**
  * @generated from message edgeplug.v1.PluginEvent
@@ -757,7 +836,7 @@ export type PluginEvent = Message<"edgeplug.v1.PluginEvent"> & {
  * Use `create(PluginEventSchema)` to create a new message.
  */
 export const PluginEventSchema: GenMessage<PluginEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 18);
+  messageDesc(file_edgeplug_v1_agent, 19);
 
 /**
  * @generated from message edgeplug.v1.ResourceEvent
@@ -779,7 +858,7 @@ export type ResourceEvent = Message<"edgeplug.v1.ResourceEvent"> & {
  * Use `create(ResourceEventSchema)` to create a new message.
  */
 export const ResourceEventSchema: GenMessage<ResourceEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 19);
+  messageDesc(file_edgeplug_v1_agent, 20);
 
 /**
  * @generated from message edgeplug.v1.AllocationEvent
@@ -808,7 +887,7 @@ export type AllocationEvent = Message<"edgeplug.v1.AllocationEvent"> & {
  * Use `create(AllocationEventSchema)` to create a new message.
  */
 export const AllocationEventSchema: GenMessage<AllocationEvent> = /*@__PURE__*/
-  messageDesc(file_edgeplug_v1_agent, 20);
+  messageDesc(file_edgeplug_v1_agent, 21);
 
 /**
  * @generated from service edgeplug.v1.Agent

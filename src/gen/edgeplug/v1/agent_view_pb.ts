@@ -12,7 +12,7 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { AllocationEvent, AllocationStatus, CheckpointStatus, PluginEvent, PluginStatus, WatchLimitsEvent, WatchLimitsStatus } from "./agent_pb.ts";
+import type { AllocationEvent, AllocationStatus, CheckpointStatus, FleetLinkStatus, PluginEvent, PluginStatus, WatchLimitsEvent, WatchLimitsStatus } from "./agent_pb.ts";
 import { file_edgeplug_v1_agent } from "./agent_pb.ts";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file edgeplug/v1/agent_view.proto.
  */
 export const file_edgeplug_v1_agent_view: GenFile = /*@__PURE__*/
-  fileDesc("ChxlZGdlcGx1Zy92MS9hZ2VudF92aWV3LnByb3RvEgtlZGdlcGx1Zy52MSKKAgoSU3RhdHVzUmVzcG9uc2VWaWV3EgoKAm9rGAEgASgIEgwKBG5vZGUYAiABKAkSKgoHcGx1Z2lucxgDIAMoCzIZLmVkZ2VwbHVnLnYxLlBsdWdpblN0YXR1cxIRCglyZXNvdXJjZXMYBCADKAwSMgoLYWxsb2NhdGlvbnMYBSADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzEjEKCmNoZWNrcG9pbnQYBiABKAsyHS5lZGdlcGx1Zy52MS5DaGVja3BvaW50U3RhdHVzEjQKDHdhdGNoX2xpbWl0cxgHIAEoCzIeLmVkZ2VwbHVnLnYxLldhdGNoTGltaXRzU3RhdHVzIs8CCglFdmVudFZpZXcSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoIc25hcHNob3QYAyABKAsyHy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZVZpZXdIABIqCgZwbHVnaW4YBCABKAsyGC5lZGdlcGx1Zy52MS5QbHVnaW5FdmVudEgAEjIKCHJlc291cmNlGAUgASgLMh4uZWRnZXBsdWcudjEuUmVzb3VyY2VFdmVudFZpZXdIABIyCgphbGxvY2F0aW9uGAYgASgLMhwuZWRnZXBsdWcudjEuQWxsb2NhdGlvbkV2ZW50SAASNQoMd2F0Y2hfbGltaXRzGAcgASgLMh0uZWRnZXBsdWcudjEuV2F0Y2hMaW1pdHNFdmVudEgAQgYKBGtpbmQiNgoRUmVzb3VyY2VFdmVudFZpZXcSEAoIcmVzb3VyY2UYASABKAwSDwoHcmVtb3ZlZBgCIAEoCGIGcHJvdG8z", [file_edgeplug_v1_agent, file_google_protobuf_timestamp]);
+  fileDesc("ChxlZGdlcGx1Zy92MS9hZ2VudF92aWV3LnByb3RvEgtlZGdlcGx1Zy52MSK3AgoSU3RhdHVzUmVzcG9uc2VWaWV3EgoKAm9rGAEgASgIEgwKBG5vZGUYAiABKAkSKgoHcGx1Z2lucxgDIAMoCzIZLmVkZ2VwbHVnLnYxLlBsdWdpblN0YXR1cxIRCglyZXNvdXJjZXMYBCADKAwSMgoLYWxsb2NhdGlvbnMYBSADKAsyHS5lZGdlcGx1Zy52MS5BbGxvY2F0aW9uU3RhdHVzEjEKCmNoZWNrcG9pbnQYBiABKAsyHS5lZGdlcGx1Zy52MS5DaGVja3BvaW50U3RhdHVzEjQKDHdhdGNoX2xpbWl0cxgHIAEoCzIeLmVkZ2VwbHVnLnYxLldhdGNoTGltaXRzU3RhdHVzEisKBWZsZWV0GAggASgLMhwuZWRnZXBsdWcudjEuRmxlZXRMaW5rU3RhdHVzIs8CCglFdmVudFZpZXcSEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoIc25hcHNob3QYAyABKAsyHy5lZGdlcGx1Zy52MS5TdGF0dXNSZXNwb25zZVZpZXdIABIqCgZwbHVnaW4YBCABKAsyGC5lZGdlcGx1Zy52MS5QbHVnaW5FdmVudEgAEjIKCHJlc291cmNlGAUgASgLMh4uZWRnZXBsdWcudjEuUmVzb3VyY2VFdmVudFZpZXdIABIyCgphbGxvY2F0aW9uGAYgASgLMhwuZWRnZXBsdWcudjEuQWxsb2NhdGlvbkV2ZW50SAASNQoMd2F0Y2hfbGltaXRzGAcgASgLMh0uZWRnZXBsdWcudjEuV2F0Y2hMaW1pdHNFdmVudEgAQgYKBGtpbmQiNgoRUmVzb3VyY2VFdmVudFZpZXcSEAoIcmVzb3VyY2UYASABKAwSDwoHcmVtb3ZlZBgCIAEoCGIGcHJvdG8z", [file_edgeplug_v1_agent, file_google_protobuf_timestamp]);
 
 /**
  * StatusResponse, field for field.
@@ -66,6 +66,11 @@ export type StatusResponseView = Message<"edgeplug.v1.StatusResponseView"> & {
    * @generated from field: edgeplug.v1.WatchLimitsStatus watch_limits = 7;
    */
   watchLimits?: WatchLimitsStatus | undefined;
+
+  /**
+   * @generated from field: edgeplug.v1.FleetLinkStatus fleet = 8;
+   */
+  fleet?: FleetLinkStatus | undefined;
 };
 
 /**

@@ -1,0 +1,300 @@
+/**
+ * One fleet link: an MQTT connection (mqtt.js) that publishes this node's
+ * online state, status and events (docs/fleet.md) under one `fleet:` policy.
+ *
+ * It never holds up the node: nothing the agent does waits for it. The
+ * status is built at most once per `minInterval` (the latest wins), events
+ * wait in a bounded queue ({@link MAX_QUEUED_EVENTS}) whose oldest are
+ * dropped for a `gap` event, and a broker that is down, refuses the
+ * credentials or an ACL is retried with jittered backoff capped at 60 s, each
+ * attempt on the next broker of the list. The log says each change of state
+ * once; `status` and the metrics carry the rest.
+ */
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { IClientOptions, MqttClient } from "mqtt";
+import { backoffDelay, clientOptions, closeClient, later, loadMqtt } from "./connect.ts";
+import { FleetLinkStatusSchema, type FleetLinkStatus, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import type { EventStream } from "../api/event-stream.ts";
+import { statusToJson } from "../api/status.ts";
+import { eventToJson } from "../cli/status.ts";
+import type { Logger } from "../log/logger.ts";
+import { messageOf } from "../platform/error-message.ts";
+import { EDGEPLUG_VERSION } from "../platform/build-info.ts";
+import type { FleetPolicy } from "../policy/types.ts";
+import { fleetTopic, MAX_FLEET_PAYLOAD_BYTES, type FleetTopicKind, type OnlinePayload } from "./topics.ts";
+import { EventQueue, gapPayload } from "./event-queue.ts";
+
+/** Events published and not yet acknowledged at once. */
+const PUBLISH_WINDOW = 64;
+
+export type LinkState = "connecting" | "connected" | "error";
+
+/** Kept by the agent across links (a reload makes a new link): what the metrics and status count. */
+export interface FleetCounters { publishes: number; drops: number; reconnects: number }
+
+export interface FleetLinkOptions {
+  policy: FleetPolicy;
+  node: string;
+  log: Logger;
+  status: () => StatusResponse;
+  events: EventStream;
+  counters: FleetCounters;
+  /** For the backoff's jitter (default Math.random). */
+  random?: () => number;
+}
+
+export class FleetLink {
+  readonly policy: FleetPolicy;
+  readonly #log: Logger;
+  readonly #status: () => StatusResponse;
+  readonly #counters: FleetCounters;
+  readonly #random: () => number;
+  readonly #topics: Record<FleetTopicKind, string>;
+  readonly #abort = new AbortController();
+
+  #state: LinkState = "connecting";
+  #error: string | null = null;
+  #since = new Date();
+  #lastPublishAt: Date | null = null;
+  #brokerIndex = 0;
+  /** MQTT 5 first (its acknowledgements name an ACL refusal); a broker that answers only 3.1.1 is remembered. */
+  readonly #protocol = new Map<string, 4 | 5>();
+  #failures = 0;
+  #client: MqttClient | null = null;
+  #connectedAt: Date | null = null;
+  #retryTimer: NodeJS.Timeout | null = null;
+  #heartbeat: NodeJS.Timeout | null = null;
+  /** Topics whose last publish the broker refused, with its reason: the link is in error while any is. */
+  readonly #refused = new Map<FleetTopicKind, string>();
+
+  #statusDirty = true;
+  /** Cancels the pending status publish. */
+  #statusTimer: (() => void) | null = null;
+  #lastStatusAt = Number.NEGATIVE_INFINITY;
+
+  readonly #queue: EventQueue;
+  #stopping = false;
+
+  constructor(options: FleetLinkOptions) {
+    this.policy = options.policy;
+    this.#log = options.log.with({ component: "fleet" });
+    this.#status = options.status;
+    this.#counters = options.counters;
+    this.#random = options.random ?? Math.random;
+    this.#queue = new EventQueue(() => (this.#counters.drops += 1));
+    const topic = (kind: FleetTopicKind) => fleetTopic(options.policy.prefix, options.node, kind);
+    this.#topics = { online: topic("online"), status: topic("status"), events: topic("events") };
+    void this.#consumeEvents(options.events);
+    void this.#attempt();
+  }
+
+  get broker(): string {
+    return this.policy.brokers[this.#brokerIndex]!;
+  }
+
+  /** The link for `status` (StatusResponse.fleet). */
+  linkStatus(): FleetLinkStatus {
+    return create(FleetLinkStatusSchema, {
+      state: this.#state,
+      broker: this.broker,
+      error: this.#error ?? undefined,
+      since: timestampFromDate(this.#since),
+      lastPublishAt: this.#lastPublishAt ? timestampFromDate(this.#lastPublishAt) : undefined,
+      publishes: this.#counters.publishes,
+      drops: this.#counters.drops,
+      reconnects: this.#counters.reconnects,
+      queuedEvents: this.#queue.waiting,
+    });
+  }
+
+  /**
+   * Publishes `online: false` when connected (waiting at most 1 s for the
+   * broker), then disconnects; timers and the event subscription end.
+   */
+  async stop(): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    this.#abort.abort();
+    this.#clearTimers();
+    const client = this.#client;
+    this.#client = null;
+    if (!client) return;
+    const offline: OnlinePayload = { online: false, since: new Date().toISOString(), version: EDGEPLUG_VERSION };
+    await closeClient(client, this.#connectedAt === null ? null : { topic: this.#topics.online, payload: JSON.stringify(offline) });
+  }
+
+  #clearTimers(): void {
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    if (this.#heartbeat) clearInterval(this.#heartbeat);
+    this.#statusTimer?.();
+    this.#retryTimer = this.#heartbeat = this.#statusTimer = null;
+  }
+
+  #setState(state: LinkState, error: string | null): void {
+    const changed = state !== this.#state;
+    this.#state = state;
+    this.#error = error;
+    if (!changed) return;
+    this.#since = new Date();
+    // One line per change of state, never per retry: a broker away for a day logs once.
+    if (state === "connected") this.#log.info("fleet link connected", { broker: this.broker });
+    else if (state === "error") this.#log.warn("fleet link error, retrying with backoff", { broker: this.broker, error });
+    else this.#log.warn("fleet link lost, reconnecting", { broker: this.broker, error });
+  }
+
+  async #attempt(): Promise<void> {
+    this.#retryTimer = null;
+    if (this.#stopping) return;
+    const url = this.broker;
+    let options: IClientOptions;
+    try {
+      options = clientOptions(this.policy, url, this.#protocol.get(url) ?? 5, this.#topics.online);
+    } catch (error) {
+      this.#failed(messageOf(error), false);
+      return;
+    }
+    const mqtt = await loadMqtt();
+    if (this.#stopping) return;
+    this.#log.debug("fleet link connecting", { broker: url, protocol: options.protocolVersion });
+    const client = mqtt.connect(options);
+    this.#client = client;
+    let lastError: string | null = null;
+    let protocolRefused = false;
+    client.on("connect", () => {
+      if (this.#client === client) this.#connected(client);
+    });
+    client.on("error", (error) => {
+      const code = (error as { code?: unknown }).code;
+      // 1 (3.1.1's answer) or 132 (MQTT 5's): this broker speaks only the older protocol.
+      if (options.protocolVersion === 5 && (code === 1 || code === 132)) protocolRefused = true;
+      lastError = messageOf(error);
+    });
+    client.on("close", () => {
+      if (this.#client !== client) return;
+      this.#client = null;
+      void closeClient(client, null);
+      if (protocolRefused && this.#connectedAt === null) {
+        this.#protocol.set(url, 4);
+        void this.#attempt();
+        return;
+      }
+      const wasConnected = this.#connectedAt !== null;
+      this.#lost();
+      this.#failed(lastError ?? "the broker closed the connection", wasConnected);
+    });
+  }
+
+  #connected(client: MqttClient): void {
+    this.#failures = 0;
+    this.#connectedAt = new Date();
+    this.#refused.clear();
+    this.#setState("connected", null);
+    this.#publishOnline(client);
+    this.#heartbeat = setInterval(() => this.#publishOnline(client), this.policy.keepaliveMs);
+    this.#heartbeat.unref();
+    this.#statusDirty = true;
+    this.#scheduleStatus();
+    this.#pump();
+  }
+
+  /** The connection went: unacknowledged events are sent again on the next one. */
+  #lost(): void {
+    if (this.#heartbeat) clearInterval(this.#heartbeat);
+    this.#heartbeat = null;
+    this.#statusTimer?.();
+    this.#statusTimer = null;
+    this.#connectedAt = null;
+    this.#queue.resend();
+  }
+
+  /** The next attempt goes to the next broker, after a jittered, growing delay. */
+  #failed(reason: string, wasConnected: boolean): void {
+    if (this.#stopping) return;
+    this.#setState(wasConnected ? "connecting" : "error", reason);
+    this.#brokerIndex = (this.#brokerIndex + 1) % this.policy.brokers.length;
+    const delay = backoffDelay(this.#failures, this.#random);
+    this.#failures += 1;
+    this.#counters.reconnects += 1;
+    this.#retryTimer = setTimeout(() => void this.#attempt(), delay);
+  }
+
+  #publishOnline(client: MqttClient): void {
+    const now = new Date().toISOString();
+    const online: OnlinePayload = { online: true, since: this.#connectedAt!.toISOString(), version: EDGEPLUG_VERSION, updatedAt: now };
+    this.#publish(client, "online", JSON.stringify(online), true, () => {});
+  }
+
+  /** Publishes and counts; a refusal the broker names (MQTT 5 reason code) puts the link in error until that topic is accepted again. */
+  #publish(client: MqttClient, kind: FleetTopicKind, payload: string, retain: boolean, done: (accepted: boolean) => void): void {
+    client.publish(this.#topics[kind], payload, { qos: this.policy.qos, retain }, (error) => {
+      if (this.#client !== client) return;
+      if (error) {
+        const code = (error as { code?: unknown }).code;
+        if (typeof code === "number" && code >= 0x80) {
+          this.#refused.set(kind, `the broker refused the publish to ${this.#topics[kind]}: ${messageOf(error)}`);
+          this.#setState("error", this.#refused.values().next().value!);
+          done(false);
+        }
+        return;
+      }
+      this.#counters.publishes += 1;
+      this.#lastPublishAt = new Date();
+      if (this.#refused.delete(kind)) {
+        const still = this.#refused.values().next().value;
+        this.#setState(still === undefined ? "connected" : "error", still ?? null);
+      }
+      done(true);
+    });
+  }
+
+  async #consumeEvents(events: EventStream): Promise<void> {
+    try {
+      for await (const event of events.subscribe(this.#abort.signal)) {
+        this.#statusDirty = true;
+        this.#scheduleStatus();
+        if (event.kind.case === "snapshot" || !this.policy.events) continue;
+        this.#queue.add(Number(event.sequence), JSON.stringify(eventToJson(event)));
+        this.#pump();
+      }
+    } catch (error) {
+      if (!this.#stopping) this.#log.error("fleet link stopped following events", { error: messageOf(error) });
+    }
+  }
+
+  /** The status is published at most once per minInterval, the latest one; with 0, once per turn of the event loop. */
+  #scheduleStatus(): void {
+    if (this.#statusTimer !== null || this.#client === null || this.#connectedAt === null) return;
+    const wait = this.#lastStatusAt + this.policy.minIntervalMs - performance.now();
+    this.#statusTimer = later(wait, () => this.#publishStatus());
+  }
+
+  #publishStatus(): void {
+    this.#statusTimer = null;
+    const client = this.#client;
+    if (!client || this.#connectedAt === null || !this.#statusDirty) return;
+    this.#statusDirty = false;
+    this.#lastStatusAt = performance.now();
+    const payload = JSON.stringify(statusToJson(this.#status()));
+    if (Buffer.byteLength(payload) > MAX_FLEET_PAYLOAD_BYTES) {
+      this.#counters.drops += 1;
+      this.#refused.set("status", `the status is ${Buffer.byteLength(payload)} bytes of JSON, over the ${MAX_FLEET_PAYLOAD_BYTES} published`);
+      this.#setState("error", this.#refused.get("status")!);
+      return;
+    }
+    this.#publish(client, "status", payload, true, () => {});
+  }
+
+  /** Sends queued events in order, at most {@link PUBLISH_WINDOW} unacknowledged. */
+  #pump(): void {
+    const client = this.#client;
+    if (!client || this.#connectedAt === null) return;
+    for (const entry of this.#queue.nextToSend(PUBLISH_WINDOW)) {
+      this.#publish(client, "events", entry.payload ?? gapPayload(entry, new Date()), false, (accepted) => {
+        this.#queue.settle(entry, accepted);
+        this.#pump();
+      });
+    }
+  }
+}
+

@@ -1,0 +1,194 @@
+/**
+ * The fleet link (docs/fleet.md) of dist/edgeplug against a real Mosquitto
+ * on loopback: the retained status a subscriber sees, events in order, the
+ * will on kill -9 and `online: false` on a clean stop; the broker stopped
+ * while plugins churn (reconnect, republish, the queue and its gap); wrong
+ * credentials and an ACL refusal that leave the agent healthy, named in
+ * `status` and logged once; a TLS listener.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { test } from "node:test";
+import { runEdgeplug, startEdgeplug, type AgentProcess } from "./support/agent-process.ts";
+import { startMosquitto, subscribe, writeFleetPolicy, type Received } from "./support/brokers.ts";
+import { killAfter } from "./support/child-cleanup.ts";
+import { startFakePlugin, startTestPlugin, type FakePlugin } from "./support/fake-plugin.ts";
+import { tempDir } from "./support/temp-dir.ts";
+
+const sensor = (name: string) => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
+
+async function startAgent(t: Parameters<typeof killAfter>[0], policyPath: string): Promise<AgentProcess> {
+  const agent = startEdgeplug(["run", "--config", policyPath]);
+  killAfter(t, agent.child);
+  await agent.waitForLog("edgeplug running");
+  return agent;
+}
+
+async function statusJson(apiSocket: string): Promise<Record<string, any>> {
+  const answer = await runEdgeplug(["status", "--api", apiSocket, "--output", "json", "--exit-zero"]);
+  assert.equal(answer.code, 0, answer.stderr);
+  return JSON.parse(answer.stdout);
+}
+
+/** The events of `messages`, parsed, in arrival order. */
+const eventsIn = (messages: Received[], topic: string) => messages.filter((m) => m.topic === topic).map((m) => JSON.parse(m.text) as Record<string, any>);
+
+test("mosquitto: a registered plugin is in the retained status, events arrive in order, kill -9 turns online false within 1.5 x keepalive, a clean stop at once", async (t) => {
+  const broker = await startMosquitto(t);
+  const dir = tempDir(t);
+  const policy = writeFleetPolicy(dir, "node-a", `  brokers: ["${broker.url}"]\n  keepalive: 2s\n  minInterval: 0s`);
+  const watcher = await subscribe(t, broker.url, "edgeplug/v1/node-a/#");
+  const agent = await startAgent(t, policy.path);
+  await watcher.waitFor("online true", () => watcher.latest("edgeplug/v1/node-a/online")?.online === true);
+
+  const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "thermo.sock"), info: sensor("acme.io/thermo") });
+  await plugin.waitForNotify();
+  const registered = (status: Record<string, any> | undefined) =>
+    status?.plugins?.some((p: Record<string, unknown>) => p.name === "acme.io/thermo" && p.state === "registered") === true;
+  await watcher.waitFor("the status with the registered plugin", () => registered(watcher.latest("edgeplug/v1/node-a/status")));
+  // Retained: a subscriber arriving now gets it at once, in the shape of `status --output json`.
+  const late = await subscribe(t, broker.url, "edgeplug/v1/node-a/status");
+  await late.waitFor("the retained status", () => late.messages.some((m) => m.retain && registered(JSON.parse(m.text))));
+  const fromApi = await statusJson(policy.apiSocket);
+  const retained = JSON.parse(late.messages.find((m) => m.retain)!.text);
+  assert.deepEqual(Object.keys(retained), Object.keys(fromApi), "the same members as status --output json");
+  assert.deepEqual(fromApi.fleet.state, "connected");
+
+  const events = eventsIn(watcher.messages, "edgeplug/v1/node-a/events");
+  assert.ok(events.some((e) => e.kind === "plugin" && e.plugin.state === "registered"), JSON.stringify(events));
+  const sequences = events.map((e) => e.sequence);
+  assert.deepEqual(sequences, sequences.map((_, i) => sequences[0] + i), "in order, none missing");
+
+  agent.child.kill("SIGKILL");
+  const killedAt = Date.now();
+  await watcher.waitFor("online false from the will", () => watcher.latest("edgeplug/v1/node-a/online")?.online === false, 3_000);
+  assert.ok(Date.now() - killedAt <= 3_000);
+
+  const again = await startAgent(t, policy.path);
+  await watcher.waitFor("online again", () => watcher.latest("edgeplug/v1/node-a/online")?.online === true);
+  again.child.kill("SIGTERM");
+  const stoppedAt = Date.now();
+  await watcher.waitFor("online false from the clean stop", () => {
+    const online = watcher.latest("edgeplug/v1/node-a/online");
+    return online?.online === false && typeof online.since === "string";
+  }, 2_000);
+  assert.ok(Date.now() - stoppedAt < 2_000);
+  assert.equal((await again.exited).code, 0);
+});
+
+test("mosquitto stopped while 20 plugins churn: the agent reconnects by itself, republishes online and status, sends queued events in order, and a gap beyond the bound", async (t) => {
+  const broker = await startMosquitto(t);
+  const dir = tempDir(t);
+  const policy = writeFleetPolicy(dir, "node-b", `  brokers: ["${broker.url}"]\n  keepalive: 2s\n  minInterval: 0s`);
+  const agent = await startAgent(t, policy.path);
+  const watcher = await subscribe(t, broker.url, "edgeplug/v1/node-b/#");
+  await watcher.waitFor("online", () => watcher.latest("edgeplug/v1/node-b/online")?.online === true);
+  await broker.stop();
+
+  // One round: 20 plugins register, then leave (sockets removed): some 60 events.
+  const round = async (tag: string) => {
+    const plugins: FakePlugin[] = [];
+    for (let i = 0; i < 20; i++) plugins.push(await startFakePlugin({ socketPath: path.join(policy.registry, `p${i}.sock`), info: sensor(`acme.io/${tag}-${i}`) }));
+    await Promise.all(plugins.map((plugin) => plugin.waitForNotify()));
+    await Promise.all(plugins.map((plugin) => plugin.stop()));
+  };
+  await round("first");
+  const before = await statusJson(policy.apiSocket);
+  assert.notEqual(before.fleet.state, "connected");
+  assert.ok(before.fleet.queuedEvents > 20 && before.fleet.queuedEvents < 1000, JSON.stringify(before.fleet));
+  const last = await startFakePlugin({ socketPath: path.join(policy.registry, "last.sock"), info: sensor("acme.io/last") });
+  t.after(() => last.stop());
+  await last.waitForNotify();
+
+  await broker.start();
+  const watcherAfter = await subscribe(t, broker.url, "edgeplug/v1/node-b/#");
+  await watcherAfter.waitFor("online again and the latest status", () => {
+    const status = watcherAfter.latest("edgeplug/v1/node-b/status") as { plugins?: { name: string }[] } | undefined;
+    return watcherAfter.latest("edgeplug/v1/node-b/online")?.online === true && status?.plugins?.length === 1 && status.plugins[0]!.name === "acme.io/last";
+  }, 10_000);
+  await watcherAfter.waitFor("every queued event", () => eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events").some((e) => e.plugin?.name === "acme.io/last" && e.plugin.state === "registered"), 10_000);
+  const delivered = eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events");
+  assert.equal(delivered.some((e) => e.kind === "gap"), false, "within the bound nothing is dropped");
+  const sequences = delivered.map((e) => e.sequence);
+  assert.deepEqual(sequences, sequences.map((_, i) => sequences[0] + i), "in order, none missing");
+  assert.equal(agent.logs().filter((r) => r.msg === "fleet link lost, reconnecting").length, 1);
+
+  // Beyond the bound: the broker away for over 1,000 events.
+  await broker.stop();
+  while ((await statusJson(policy.apiSocket)).fleet.drops === 0) await round(`flood${Date.now()}`);
+  const flooded = await statusJson(policy.apiSocket);
+  assert.equal(flooded.fleet.queuedEvents, 1000);
+  await broker.start();
+  const third = await subscribe(t, broker.url, "edgeplug/v1/node-b/events");
+  await third.waitFor("a gap, then the newest events", () => eventsIn(third.messages, "edgeplug/v1/node-b/events").length >= 1001, 15_000);
+  const [gap, ...kept] = eventsIn(third.messages, "edgeplug/v1/node-b/events");
+  assert.equal(gap!.kind, "gap");
+  assert.ok(gap!.dropped > 0);
+  assert.equal(kept[0]!.sequence, gap!.sequence + gap!.dropped, "the gap says where and how many");
+  const after = await statusJson(policy.apiSocket);
+  assert.equal(after.fleet.drops >= gap!.dropped, true);
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
+test("mosquitto: a wrong password and an ACL refusal leave the agent healthy, are named in status and logged once; TLS with a CA connects", async (t) => {
+  const acl = ["user edge", "topic read edgeplug/#", "pattern write edgeplug/v1/%c/#", ""].join("\n");
+  const broker = await startMosquitto(t, { users: { edge: "right-password" }, acl, tls: true });
+  const dir = tempDir(t);
+  const user = path.join(dir, "user");
+  const password = path.join(dir, "password");
+  fs.writeFileSync(user, "edge\n", { mode: 0o600 });
+  fs.writeFileSync(password, "wrong-password\n", { mode: 0o600 });
+  const credentials = `  usernameFile: ${user}\n  passwordFile: ${password}\n  keepalive: 2s`;
+
+  const wrong = writeFleetPolicy(path.join(dir, "wrong"), "node-c", `  brokers: ["${broker.url}"]\n${credentials}`);
+  const agent = await startAgent(t, wrong.path);
+  const plugin = await startTestPlugin(t, { socketPath: path.join(wrong.registry, "thermo.sock"), info: sensor("acme.io/thermo") });
+  await plugin.waitForNotify();
+  // Several retries later (0.5 s doubling): the cause in status, one log line.
+  await new Promise((resolve) => setTimeout(resolve, 3_000));
+  const refused = await statusJson(wrong.apiSocket);
+  assert.equal(refused.ok, true, "the node is fine");
+  assert.equal(refused.fleet.state, "error");
+  assert.match(refused.fleet.error, /Bad User Name or Password|Not authorized/i);
+  assert.ok(refused.fleet.reconnects >= 2, JSON.stringify(refused.fleet));
+  assert.equal(agent.logs().filter((r) => String(r.msg).startsWith("fleet link")).length, 1, JSON.stringify(agent.logs()));
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+
+  // The right password, but the client id is not the node name: the ACL refuses its topics.
+  fs.writeFileSync(password, "right-password\n");
+  const denied = writeFleetPolicy(path.join(dir, "denied"), "node-d", `  brokers: ["${broker.url}"]\n  clientId: someone-else\n${credentials}`);
+  const deniedAgent = await startAgent(t, denied.path);
+  const deniedPlugin = await startTestPlugin(t, { socketPath: path.join(denied.registry, "thermo.sock"), info: sensor("acme.io/thermo") });
+  await deniedPlugin.waitForNotify();
+  await new Promise((resolve) => setTimeout(resolve, 2_000));
+  const acl403 = await statusJson(denied.apiSocket);
+  assert.equal(acl403.ok, true);
+  assert.equal(acl403.fleet.state, "error");
+  assert.match(acl403.fleet.error, /Not authorized/);
+  assert.ok(deniedAgent.logs().filter((r) => r.msg === "fleet link error, retrying with backoff").length <= 1, JSON.stringify(deniedAgent.logs()));
+  deniedAgent.child.kill("SIGTERM");
+  assert.equal((await deniedAgent.exited).code, 0);
+
+  // Group-readable password file: refused before any connection.
+  fs.chmodSync(password, 0o640);
+  const exposed = writeFleetPolicy(path.join(dir, "exposed"), "node-e", `  brokers: ["${broker.url}"]\n${credentials}`);
+  const exposedAgent = await startAgent(t, exposed.path);
+  await exposedAgent.waitForLog("fleet link error, retrying with backoff");
+  assert.match((await statusJson(exposed.apiSocket)).fleet.error, /readable by group or others \(mode 0640\)/);
+  exposedAgent.child.kill("SIGTERM");
+  assert.equal((await exposedAgent.exited).code, 0);
+  fs.chmodSync(password, 0o600);
+
+  // TLS: the listener's certificate chains to the CA given.
+  const tls = writeFleetPolicy(path.join(dir, "tls"), "node-f", `  brokers: ["${broker.tlsUrl}"]\n${credentials}\n  tls: { ca: ${broker.ca} }`);
+  const tlsAgent = await startAgent(t, tls.path);
+  await tlsAgent.waitForLog("fleet link connected");
+  const reader = await runEdgeplug(["fleet", "status", "--broker", broker.tlsUrl!, "--ca", broker.ca!, "--username-file", user, "--password-file", password, "--output", "json"]);
+  const fleet = JSON.parse(reader.stdout);
+  assert.equal(fleet.rows.find((row: Record<string, unknown>) => row.node === "node-f")?.state, "online", reader.stdout + reader.stderr);
+  tlsAgent.child.kill("SIGTERM");
+  assert.equal((await tlsAgent.exited).code, 0);
+});

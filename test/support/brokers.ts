@@ -1,0 +1,233 @@
+/**
+ * Real MQTT brokers for the fleet tests, each on loopback ports picked at
+ * test time, in a temp dir, killed after the test: Mosquitto (with an
+ * optional password file, ACL and TLS listener whose certificates openssl
+ * makes) and a cluster of three NATS servers with MQTT and JetStream. And a
+ * subscriber (mqtt.js) that keeps what it receives.
+ */
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { once } from "node:events";
+import { connect, type MqttClient } from "mqtt";
+import { killAfter } from "./child-cleanup.ts";
+import { tempDir, type CleansUpAfter } from "./temp-dir.ts";
+import { waitUntil } from "./wait.ts";
+
+/** A port free now: bound to 0, read, released (mosquitto cannot be told port 0). */
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Resolves once something accepts TCP connections on `port`. */
+export async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, "127.0.0.1");
+      socket.once("connect", () => (socket.destroy(), resolve(true)));
+      socket.once("error", () => resolve(false));
+    });
+    if (open) return;
+    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** A CA, and a server certificate for 127.0.0.1 and localhost that it signed, made with openssl in `dir`. */
+export function makeCertificates(dir: string): { ca: string; cert: string; key: string } {
+  const file = (name: string) => path.join(dir, name);
+  const openssl = (...args: string[]) => execFileSync("openssl", args, { stdio: "pipe" });
+  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=edgeplug test CA", "-keyout", file("ca.key"), "-out", file("ca.crt"));
+  openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", file("server.key"), "-out", file("server.csr"));
+  fs.writeFileSync(file("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+  openssl("x509", "-req", "-in", file("server.csr"), "-CA", file("ca.crt"), "-CAkey", file("ca.key"), "-CAcreateserial", "-days", "2", "-extfile", file("san.ext"), "-out", file("server.crt"));
+  return { ca: file("ca.crt"), cert: file("server.crt"), key: file("server.key") };
+}
+
+export interface MosquittoOptions {
+  /** Users and passwords: anonymous clients are refused when given. */
+  users?: Record<string, string>;
+  /** The ACL file's text. */
+  acl?: string;
+  /** Adds a TLS listener with certificates made here. */
+  tls?: boolean;
+}
+
+export interface Mosquitto {
+  url: string;
+  /** mqtts:// on its own port, when asked for. */
+  tlsUrl: string | null;
+  /** The CA of the TLS listener's certificate. */
+  ca: string | null;
+  dir: string;
+  /** Stops (SIGTERM) and waits for the exit. */
+  stop(): Promise<void>;
+  /** Starts again on the same ports. */
+  start(): Promise<void>;
+}
+
+export async function startMosquitto(t: CleansUpAfter, options: MosquittoOptions = {}): Promise<Mosquitto> {
+  const dir = tempDir(t, "mq-");
+  const port = await freePort();
+  const tlsPort = options.tls ? await freePort() : null;
+  const lines = ["per_listener_settings false", "persistence false", `listener ${port} 127.0.0.1`];
+  // As root, mosquitto would become the mosquitto user and could not read the test's private files.
+  if (process.getuid?.() === 0) lines.push("user root");
+  let ca: string | null = null;
+  if (tlsPort !== null) {
+    const certs = makeCertificates(dir);
+    ca = certs.ca;
+    lines.push(`listener ${tlsPort} 127.0.0.1`, `cafile ${certs.ca}`, `certfile ${certs.cert}`, `keyfile ${certs.key}`);
+  }
+  if (options.users) {
+    const passwords = path.join(dir, "passwords");
+    fs.writeFileSync(passwords, "");
+    for (const [user, password] of Object.entries(options.users)) execFileSync("mosquitto_passwd", ["-b", passwords, user, password], { stdio: "pipe" });
+    lines.push("allow_anonymous false", `password_file ${passwords}`);
+  } else {
+    lines.push("allow_anonymous true");
+  }
+  if (options.acl !== undefined) {
+    fs.writeFileSync(path.join(dir, "acl"), options.acl);
+    lines.push(`acl_file ${path.join(dir, "acl")}`);
+  }
+  const config = path.join(dir, "mosquitto.conf");
+  fs.writeFileSync(config, lines.join("\n") + "\n");
+  let child: ChildProcess | null = null;
+  const start = async () => {
+    child = spawn("mosquitto", ["-c", config], { stdio: ["ignore", "ignore", "pipe"] });
+    killAfter(t, child);
+    await waitForPort(port);
+    if (tlsPort !== null) await waitForPort(tlsPort);
+  };
+  await start();
+  return {
+    url: `mqtt://127.0.0.1:${port}`,
+    tlsUrl: tlsPort === null ? null : `mqtts://127.0.0.1:${tlsPort}`,
+    ca,
+    dir,
+    async stop() {
+      const running = child!;
+      if (running.exitCode !== null || running.signalCode !== null) return;
+      const exited = once(running, "exit");
+      running.kill("SIGTERM");
+      await exited;
+    },
+    start,
+  };
+}
+
+export interface NatsServer {
+  url: string;
+  child: ChildProcess;
+}
+
+/** Three NATS servers routed together on loopback, MQTT and JetStream on; resolves once each takes MQTT clients. */
+export async function startNatsCluster(t: CleansUpAfter): Promise<NatsServer[]> {
+  const dir = tempDir(t, "nats-");
+  const ports = await Promise.all(Array.from({ length: 9 }, () => freePort()));
+  const routes = [0, 1, 2].map((i) => `nats-route://127.0.0.1:${ports[3 + i]}`).join(", ");
+  const servers: NatsServer[] = [];
+  for (const i of [0, 1, 2]) {
+    const config = path.join(dir, `n${i + 1}.conf`);
+    fs.writeFileSync(
+      config,
+      [
+        `server_name: n${i + 1}`,
+        `listen: 127.0.0.1:${ports[i]}`,
+        `jetstream { store_dir: "${path.join(dir, `js${i + 1}`)}" }`,
+        `cluster { name: edgeplug-test, listen: 127.0.0.1:${ports[3 + i]}, routes: [${routes}] }`,
+        `mqtt { listen: 127.0.0.1:${ports[6 + i]} }`,
+        "",
+      ].join("\n"),
+    );
+    const child = spawn("nats-server", ["-c", config], { stdio: ["ignore", "ignore", "ignore"] });
+    killAfter(t, child);
+    servers.push({ url: `mqtt://127.0.0.1:${ports[6 + i]}`, child });
+  }
+  await Promise.all(ports.slice(6).map((port) => waitForPort(port, 30_000)));
+  return servers;
+}
+
+export interface Received {
+  topic: string;
+  text: string;
+  retain: boolean;
+  at: number;
+}
+
+/** An mqtt.js client subscribed to `filter`, keeping every message. */
+export interface Subscriber {
+  messages: Received[];
+  /** The latest message on `topic`, parsed. */
+  latest(topic: string): Record<string, unknown> | undefined;
+  waitFor(what: string, check: (messages: Received[]) => boolean, timeoutMs?: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function subscribe(
+  t: { after(fn: () => unknown): void },
+  url: string,
+  filter: string,
+  options: { username?: string; password?: string; ca?: string } = {},
+): Promise<Subscriber> {
+  const client: MqttClient = connect(url, {
+    clientId: `test-sub-${Math.random().toString(16).slice(2, 10)}`,
+    protocolVersion: 4,
+    reconnectPeriod: 200,
+    username: options.username,
+    password: options.password,
+    ...(options.ca ? { ca: fs.readFileSync(options.ca) } : {}),
+  });
+  const messages: Received[] = [];
+  client.on("message", (topic, payload, packet) => messages.push({ topic, text: payload.toString("utf8"), retain: packet.retain, at: Date.now() }));
+  client.on("connect", () => client.subscribe(filter, { qos: 1 }));
+  client.on("error", () => {});
+  await new Promise<void>((resolve) => client.once("connect", () => resolve()));
+  const close = () => new Promise<void>((resolve) => client.end(true, {}, () => resolve()));
+  t.after(() => close());
+  return {
+    messages,
+    latest(topic) {
+      const last = messages.findLast((message) => message.topic === topic);
+      return last && last.text !== "" ? (JSON.parse(last.text) as Record<string, unknown>) : undefined;
+    },
+    waitFor: (what, check, timeoutMs = 10_000) => waitUntil(() => check(messages), what, timeoutMs, 20),
+    close,
+  };
+}
+
+/** A policy file for an agent under `dir` with `fleet` as its fleet section (indented YAML), the registry created. */
+export function writeFleetPolicy(dir: string, node: string, fleet: string): { path: string; registry: string; apiSocket: string } {
+  const registry = path.join(dir, "registry");
+  fs.mkdirSync(registry, { recursive: true });
+  const apiSocket = path.join(dir, "api.sock");
+  const file = path.join(dir, "policy.yaml");
+  fs.writeFileSync(
+    file,
+    [
+      "version: 1",
+      `nodeName: ${node}`,
+      "watch:",
+      `  - path: ${registry}`,
+      "handlers:",
+      "  acme.io/Sensor: { kind: generic, versions: [v1] }",
+      "devicePlugins: { registrationSocket: null }",
+      `checkpoint: { path: ${path.join(dir, "state", "kubelet_internal_checkpoint")} }`,
+      "reconcile: { backoff: { initial: 50ms, max: 500ms } }",
+      `api: { socket: ${apiSocket}, metrics: null }`,
+      "log: { level: info, format: json }",
+      "fleet:",
+      fleet,
+      "",
+    ].join("\n"),
+  );
+  return { path: file, registry, apiSocket };
+}
