@@ -9,6 +9,7 @@ import { create } from "@bufbuild/protobuf";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
+import { authorityReporter } from "./rpc/authority.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
 import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
@@ -156,6 +157,7 @@ export class EdgeplugAgent {
               log: this.#log,
               health: this.health,
               onLimit: (action) => this.metrics?.observeLimit("api", action),
+              onAuthorityReplaced: authorityReporter(this.#log, "api", () => this.metrics?.observeAuthorityReplaced("api")),
             }),
         });
         this.health.markDone(GATE_API_SERVING);
@@ -174,7 +176,14 @@ export class EdgeplugAgent {
         const slots = { limit: () => this.#policy.security.maxPlugins, heldElsewhere: () => this.manager.slotsHeld };
         this.#registrationServer = await SocketKeeper.start({
           ...this.#keeping("device plugin registration socket", registrationSocket),
-          serve: () => serveRegistration({ socketPath: registrationSocket, manager: this.devices, log: this.#log, slots }),
+          serve: () =>
+            serveRegistration({
+              socketPath: registrationSocket,
+              manager: this.devices,
+              log: this.#log,
+              slots,
+              onAuthorityReplaced: authorityReporter(this.#log, "registration", () => this.metrics?.observeAuthorityReplaced("registration")),
+            }),
         });
       }
       // After the sockets are claimed (a live agent beside this one keeps its checkpoint untouched), before any plugin connects.

@@ -20,6 +20,8 @@ import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { withServableAuthority } from "../rpc/authority.ts";
+import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
 import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import type { Logger } from "../log/logger.ts";
 import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "./connection-guard.ts";
@@ -58,6 +60,11 @@ export interface ApiSocketOptions {
   /** Rate limits (default API_RATE_LIMITS); `now` is the limiter's clock, for tests. */
   rateLimits?: ApiRateLimits;
   now?: () => number;
+  /**
+   * Told of each request whose authority was no host (a grpc-go client's socket path): it is served as
+   * `localhost` (src/rpc/authority.ts, src/rpc/authority-rewrite.ts).
+   */
+  onAuthorityReplaced?: (authority: string | undefined) => void;
   /** Told of every connection or request the limits refused or ended (for metrics). */
   onLimit?: (action: GuardAction | "rate_limited") => void;
 }
@@ -112,7 +119,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
   };
   const shutdown = new AbortController();
   const adapter = (routes: (router: ConnectRouter) => void) =>
-    withPortableGrpcMessage(
+    withServableAuthority(withPortableGrpcMessage(
       connectNodeAdapter({
         routes,
         ...API_PROTOCOLS,
@@ -128,7 +135,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
           }
         },
       }),
-    );
+    ), options.onAuthorityReplaced);
   const handler = adapter(options.routes);
   const binaryHandler = options.binaryRoutes ? adapter(options.binaryRoutes) : handler;
   const calls = trackCalls((request, response) => {
@@ -164,12 +171,13 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     socket.on("error", (error) => log.debug("api socket connection error", { socket: socketPath, error }));
     routeByPreface(socket, firstBytesTimeoutMs, (protocol, head) => {
       // Both servers read bytes put back into the socket before their own reads (measured on Node 24 and Deno 2.9).
-      // The socket itself is handed over, not a JS stream around it: node:http2 then writes to the native
-      // handle, where a stream wrapper cost about 0.5 ms of CPU per call in small writes.
-      socket.unshift(head);
+      // The socket itself is handed over where it can be, not a JS stream around it: node:http2 then writes to
+      // the native handle. Only a connection whose requests carry an authority node:http2 would reset is read
+      // through a stream (src/rpc/authority-rewrite.ts).
       if (protocol === "http2") {
-        http2Server.emit("connection", socket);
+        handOverHttp2(socket, head, (connection) => http2Server.emit("connection", connection), options.onAuthorityReplaced);
       } else {
+        socket.unshift(head);
         guard.trackHttp1(socket);
         http1Server.emit("connection", socket);
         socket.resume();

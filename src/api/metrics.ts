@@ -70,6 +70,8 @@ export interface AgentMetrics {
   observeConfigReload(success: boolean): void;
   /** Counts a connection or request that `listener`'s limits refused or ended, by `action` (a fixed word). */
   observeLimit(listener: LimitedListener, action: string): void;
+  /** Counts one request on `listener` whose `:authority` or `Host` was no host and that was served as `localhost`. */
+  observeAuthorityReplaced(listener: "api" | "registration"): void;
   /** Drops every metric from the registry. */
   close(): void;
 }
@@ -165,6 +167,13 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     registers,
   });
 
+  const authorityReplaced = new Counter({
+    name: "edgeplug_request_authority_replaced_total",
+    help: "Requests whose :authority or Host was no host (a grpc-go client's socket path), served as localhost, by listener (api, registration).",
+    labelNames: ["listener"],
+    registers,
+  });
+
   const seenTypes = new Set<string>();
   const typeLabel = (type: string | null) => {
     const value = type ?? "unknown";
@@ -202,6 +211,9 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     },
     observeLimit(listener, action) {
       limited.inc({ listener, action: REASON_PATTERN.test(action) ? action : "other" });
+    },
+    observeAuthorityReplaced(listener) {
+      authorityReplaced.inc({ listener });
     },
     close() {
       registry.clear();

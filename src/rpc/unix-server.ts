@@ -6,6 +6,8 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Duplex } from "node:stream";
+import { withServableAuthority } from "./authority.ts";
 import { withPortableGrpcMessage } from "./grpc-message.ts";
 
 export interface UnixServer extends AsyncDisposable {
@@ -20,11 +22,16 @@ export interface UnixServer extends AsyncDisposable {
 
 /** Hooks by which a listener bounds its clients (src/handlers/deviceplugin/registration-server.ts uses them). */
 export interface ServeUnixOptions {
-  /** Each accepted connection: call `serve` to hand it to HTTP/2 (when it has shown to be HTTP/2), or destroy it. */
-  accept?: (socket: net.Socket, serve: (socket: net.Socket) => void) => void;
+  /**
+   * Each accepted connection: call `serve` to hand it to HTTP/2 (when it has shown to be HTTP/2: the socket, or
+   * a stream over it), or destroy it.
+   */
+  accept?: (socket: net.Socket, serve: (connection: Duplex) => void) => void;
   onSession?: (session: http2.ServerHttp2Session) => void;
   /** Before Connect sees a request: false when it has answered the request itself. */
   onRequest?: (request: http2.Http2ServerRequest, response: http2.Http2ServerResponse) => boolean;
+  /** Told of each request served as `localhost` because its authority was no host (src/rpc/authority.ts). */
+  onAuthorityReplaced?: (authority: string | undefined) => void;
   /** Largest request message Connect reads (its default is 4 GiB). */
   readMaxBytes?: number;
   /** On close, with the sessions: for connections `accept` holds that never reached HTTP/2. */
@@ -40,7 +47,10 @@ export interface ServeUnixOptions {
 export async function serveUnix(socketPath: string, routes: (router: ConnectRouter) => void, options: ServeUnixOptions = {}): Promise<UnixServer> {
   const { accept, onSession, onRequest, readMaxBytes } = options;
   const sessions = new Set<http2.ServerHttp2Session>();
-  const handler = withPortableGrpcMessage(connectNodeAdapter({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes }));
+  const handler = withServableAuthority(
+    withPortableGrpcMessage(connectNodeAdapter({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes })),
+    options.onAuthorityReplaced,
+  );
   const server = http2.createServer(onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);
   // With `accept`, a plain listener takes the connections and hands over those it keeps:
   // an HTTP/2 session made at accept time keeps its socket open after destroy() when no preface came.

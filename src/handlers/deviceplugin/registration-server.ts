@@ -21,6 +21,7 @@ import { routeByPreface } from "../../api/protocol-router.ts";
 import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
+import { handOverHttp2 } from "../../rpc/authority-rewrite.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
 import { isSameSocket, pinSocket, socketAt, type PinnedSocket } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
@@ -35,6 +36,8 @@ export interface RegistrationServerOptions {
   limits?: ListenerLimits;
   /** `security.maxPlugins`, shared with the plugin manager (which holds `heldElsewhere` slots); default: no limit. */
   slots?: { limit: () => number; heldElsewhere: () => number };
+  /** Told of each request whose `:authority` was no host (src/rpc/authority.ts); it is served as `localhost`. */
+  onAuthorityReplaced?: (authority: string | undefined) => void;
 }
 
 export interface RegistrationServer extends UnixServer {
@@ -110,12 +113,13 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         // A client that never sends HTTP/2's preface is closed, as on the API socket.
         routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
           if (protocol !== "http2") return void socket.destroy();
-          socket.unshift(head);
-          serve(socket);
+          // grpc-go device plugins send their socket path as :authority, which node:http2 alone would reset.
+          handOverHttp2(socket, head, serve, options.onAuthorityReplaced);
         });
       },
       onSession: (session) => guard.trackHttp2(session),
       onRequest: (request, response) => guard.checkRequest(request, response),
+      onAuthorityReplaced: options.onAuthorityReplaced,
       onClose: () => guard.destroyAll(),
       readMaxBytes: limits.maxRequestBodyBytes,
       // Bound aside and linked into place, so that closing removes only this socket, never a file put there since.
