@@ -25,6 +25,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   policy: () => import("./policy.ts"),
   watcher: () => import("./watcher.ts"),
   targets: () => import("./targets.ts"),
+  authority: () => import("./authority.ts"),
 };
 
 async function main(): Promise<number> {

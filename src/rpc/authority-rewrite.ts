@@ -280,6 +280,12 @@ export function rewritingStream(socket: net.Socket, head: Buffer, rewriter: Auth
       if (socket.write(chunk)) callback();
       else socket.once("drain", () => callback());
     },
+    // An answer is several frames written at once (HEADERS, DATA, trailers): one write to the socket for them all.
+    writev(chunks, callback) {
+      const written = socket.write(chunks.length === 1 ? chunks[0]!.chunk : Buffer.concat(chunks.map(({ chunk }) => chunk as Buffer)));
+      if (written) callback();
+      else socket.once("drain", () => callback());
+    },
     final(callback) {
       socket.end(callback);
     },
