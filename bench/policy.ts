@@ -1,6 +1,6 @@
 /**
  * The policy loader on hostile input under the size cap (issue 7, defect
- * 7). For each large or deep policy of src/policy/large-inputs.ts:
+ * 7). For each large or deep policy of test/support/large-policies.ts:
  *   - cpuMs: CPU time of a whole load (`parsePolicy`, as `validate` does);
  *   - scanCpuMs: CPU time of the YAML scan, the part a SIGHUP reload runs in
  *     slices of a few ms (`parsePolicyInSlices`);
@@ -12,7 +12,7 @@
  */
 import process from "node:process";
 import { LineCounter } from "yaml";
-import { inputsAtTheBounds, largeInputs, type LargeInput } from "../src/policy/large-inputs.ts";
+import { inputsAtTheBounds, largeInputs, type LargeInput } from "../test/support/large-policies.ts";
 import { MAX_POLICY_BYTES, parsePolicy, parsePolicyInSlices } from "../src/policy/load.ts";
 import { inSlicesSync, scanYaml } from "../src/policy/yaml-scan.ts";
 

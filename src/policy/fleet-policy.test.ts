@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { stringify } from "yaml";
 import { policyToData } from "./effective.ts";
 import { parsePolicy } from "./load.ts";
-import { minimal } from "./test-support.ts";
+import { minimal } from "../../test/support/policy-text.ts";
 
 test("no fleet section: the fleet link is off", () => {
   assert.equal(parsePolicy(minimal, "p.yaml").fleet, null);

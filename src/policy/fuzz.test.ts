@@ -9,7 +9,7 @@
  * at most about 200 ms of CPU; the bound only catches a hang or a blow-up on
  * a loaded machine, it measures nothing: bench/policy.ts does).
  *
- * The large inputs (large-inputs.ts) fill the size cap with long lists, many
+ * The large inputs (test/support/large-policies.ts) fill the size cap with long lists, many
  * keys and errors, deep nesting, alias fan-out and comments, or sit just
  * inside the node and nesting bounds: the class of input that once
  * overflowed the stack (150k errors spread into one push) or took seconds.
@@ -22,7 +22,7 @@ import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { policyToData } from "./effective.ts";
 import { PolicyError } from "./errors.ts";
-import { inputsAtTheBounds, largeInputs } from "./large-inputs.ts";
+import { inputsAtTheBounds, largeInputs } from "../../test/support/large-policies.ts";
 import { MAX_POLICY_BYTES, parsePolicy } from "./load.ts";
 import type { Policy } from "./types.ts";
 

@@ -11,7 +11,7 @@ import path from "node:path";
 import { MAX_TIMER_MS, parseDuration } from "./duration.ts";
 import { MAX_REPORTED_ISSUES, PolicyError } from "./errors.ts";
 import { loadPolicyFile, MAX_NESTING_DEPTH, MAX_POLICY_BYTES, MAX_YAML_NODES, MAX_YAML_TOKENS, parsePolicy } from "./load.ts";
-import { located, minimal, rejection } from "./test-support.ts";
+import { located, minimal, rejection } from "../../test/support/policy-text.ts";
 
 test("a duration above 2^31-1 ms is refused where it is written, one at the bound is kept", () => {
   const error = rejection(`${minimal}reconcile:\n  resync: 1000h\n  timeouts: { dial: 596h31m23.648s }\n`);

@@ -13,7 +13,7 @@ import { EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
 import { PolicyError } from "./errors.ts";
 import { loadDefaultPolicy, loadPolicyFile, parsePolicy, resolvePolicy } from "./load.ts";
 import type { Policy } from "./types.ts";
-import { minimal } from "./test-support.ts";
+import { minimal } from "../../test/support/policy-text.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const configDir = path.join(repoRoot, "config");

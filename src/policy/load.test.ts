@@ -11,7 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PolicyError } from "./errors.ts";
 import { loadPolicyFile } from "./load.ts";
-import { located, minimal, rejection } from "./test-support.ts";
+import { located, minimal, rejection } from "../../test/support/policy-text.ts";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 const badDir = path.join(repoRoot, "test", "fixtures", "policies", "bad");

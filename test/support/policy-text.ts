@@ -4,8 +4,8 @@
  * form of the fixtures' `# expect:` lines.
  */
 import assert from "node:assert/strict";
-import { PolicyError, type PolicyIssue } from "./errors.ts";
-import { parsePolicy } from "./load.ts";
+import { PolicyError, type PolicyIssue } from "../../src/policy/errors.ts";
+import { parsePolicy } from "../../src/policy/load.ts";
 
 export const minimal = "version: 1\nwatch:\n  - path: /var/lib/kubelet/plugins_registry\n";
 

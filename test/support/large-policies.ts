@@ -10,7 +10,7 @@
  * for (const input of largeInputs({ bytes: MAX_POLICY_BYTES - 64 })) parsePolicy(input.text, input.name);
  * ```
  */
-import { MAX_NESTING_DEPTH, MAX_YAML_NODES } from "./yaml-scan.ts";
+import { MAX_NESTING_DEPTH, MAX_YAML_NODES } from "../../src/policy/yaml-scan.ts";
 
 export interface LargeInput {
   name: string;
