@@ -158,7 +158,7 @@ test("--reconcile-once --expect waits for a socket that appears late", async (t)
   const { code } = await agent.exited;
   assert.equal(code, 0, agent.stderr());
   const report = JSON.parse(agent.stdout());
-  assert.deepEqual(report.expectations, { expect: 1, require: [], strict: false, unmet: [] });
+  assert.deepEqual(report.expectations, { expect: 1, require: [], resources: {}, strict: false, unmet: [] });
   assert.equal(report.plugins[0].socket, late.socketPath);
   assert.ok(report.durationMs < 20_000);
 });

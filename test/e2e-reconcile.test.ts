@@ -73,7 +73,7 @@ test("with --expect met, a stray refused socket is listed with its reason but do
   const report = JSON.parse(lenient.stdout);
   assert.equal(report.ok, true);
   assert.equal(report.verdictBy, "expectations");
-  assert.deepEqual(report.expectations, { expect: 1, require: [], strict: false, unmet: [] });
+  assert.deepEqual(report.expectations, { expect: 1, require: [], resources: {}, strict: false, unmet: [] });
   assert.deepEqual(report.failed, [
     {
       socket: stray.socketPath,

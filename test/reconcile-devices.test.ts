@@ -34,7 +34,7 @@ async function run(policy: Policy, timeoutMs = 10_000) {
   const code = await reconcileOnce(
     policy,
     { stdout: (text) => void (stdout += text), stderr: () => {}, signal: new AbortController().signal, log: quiet },
-    { timeoutMs, expectations: { expect: null, require: [], strict: false }, output: "json" },
+    { timeoutMs, expectations: { expect: null, require: [], resources: {}, strict: false }, output: "json" },
   );
   return { code, report: JSON.parse(stdout) as ReportJson };
 }

@@ -16,7 +16,7 @@ function plugin(socket: string, name: string | null, state: PluginRecord["state"
 
 const good = plugin("/r/good.sock", "acme.io/good", "registered");
 const refused = plugin("/r/stray.sock", "acme.io/stray", "failed", { reason: "policy", error: "plugin name acme.io/stray is not allowed" });
-const none: Expectations = { expect: null, require: [], strict: false };
+const none: Expectations = { expect: null, require: [], resources: {}, strict: false };
 
 function report(plugins: PluginRecord[], expectations: Expectations) {
   return buildReport(buildStatus({ node: "n", plugins }), expectations, startedAt, finishedAt);
@@ -32,16 +32,16 @@ test("without expectations every socket counts; the report adds schema, times an
 });
 
 test("with expectations the verdict follows them, failed sockets are still listed; --strict counts every socket", () => {
-  const met = report([good, refused], { expect: 1, require: ["acme.io/good"], strict: false });
+  const met = report([good, refused], { expect: 1, require: ["acme.io/good"], resources: {}, strict: false });
   assert.deepEqual([met.ok, met.verdictBy, met.expectations.unmet, met.failed.length], [true, "expectations", [], 1]);
-  const strict = report([good, refused], { expect: 1, require: [], strict: true });
+  const strict = report([good, refused], { expect: 1, require: [], resources: {}, strict: true });
   assert.deepEqual([strict.ok, strict.verdictBy], [false, "every socket"]);
-  const short = report([good], { expect: 2, require: [], strict: false });
+  const short = report([good], { expect: 2, require: [], resources: {}, strict: false });
   assert.deepEqual([short.ok, short.expectations.unmet], [false, ["expected at least 2 registered plugins, found 1"]]);
 });
 
 test("an unmet --require quotes the refusal of the socket that advertises the name, or says none does", () => {
-  const result = report([good, refused], { expect: null, require: ["acme.io/stray", "acme.io/absent"], strict: false });
+  const result = report([good, refused], { expect: null, require: ["acme.io/stray", "acme.io/absent"], resources: {}, strict: false });
   assert.deepEqual(result.expectations.unmet, [
     "required plugin acme.io/stray is not registered (/r/stray.sock failed: plugin name acme.io/stray is not allowed)",
     "required plugin acme.io/absent is not registered (no socket advertises it)",
@@ -56,7 +56,7 @@ test("a socket still pending has no reason and reads as still pending", () => {
 
 test("the text report ends with one verdict line, and says when the expectations let failed sockets pass", () => {
   const status = buildStatus({ node: "n", plugins: [good, refused] });
-  const text = reportToText(buildReport(status, { expect: 1, require: [], strict: false }, startedAt, finishedAt), status);
+  const text = reportToText(buildReport(status, { expect: 1, require: [], resources: {}, strict: false }, startedAt, finishedAt), status);
   const lines = text.trimEnd().split("\n");
   assert.ok(lines.includes("failed: /r/stray.sock (acme.io/stray): plugin name acme.io/stray is not allowed"));
   assert.equal(lines.at(-1), "reconcile-once ok (failed sockets ignored: the expectations decide; --strict counts them) in 250 ms");

@@ -5,12 +5,20 @@
  * the registration socket; the run then waits for the first ListAndWatch
  * list of every connected plugin, and the checkpoint is written on stop.
  *
+ * Device plugins registering on kubelet.sock are not in the plugin manager's
+ * records: the run knows them as the device manager's connections, and
+ * notes which sockets of kubelet.sock's directory accepted connections at
+ * the start (plugins already running, that re-register when they see
+ * kubelet.sock re-created), so that a run without expectations waits for them.
+ *
  * A daemon beside the run (its API or registration socket answers) owns the
  * checkpoint: the run reads it but does not write it, so it never puts back
  * a state older than the daemon's, and it leaves the registration socket to
  * the daemon.
  */
+import * as fs from "node:fs";
 import * as net from "node:net";
+import * as path from "node:path";
 import { deviceSettings } from "../handlers/deviceplugin/device-settings.ts";
 import { SocketInUseError } from "../api/socket-guard.ts";
 import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
@@ -24,6 +32,12 @@ export interface ReconcileDevices {
   devices: DeviceManager;
   /** False when a daemon beside the run owns the checkpoint. */
   writesCheckpoint: boolean;
+  /** kubelet.sock, when this run serves it (null: no registration socket, or a daemon serves it). */
+  registrationSocket: string | null;
+  /** When kubelet.sock began serving (performance.now()), or null. */
+  servedSince: number | null;
+  /** Sockets in kubelet.sock's directory that accepted connections before it was served: device plugins already running. */
+  liveAtStart: string[];
   /** `security.maxPlugins` slots held by plugins on the registration socket (the plugin manager's `slotsHeldElsewhere`). */
   slotsHeld(): number;
   /** Stops the registration socket and the device manager, writing the checkpoint (when it may). */
@@ -52,6 +66,8 @@ export async function startReconcileDevices(
     liveElsewhere,
   });
   let registration: RegistrationServer | null = null;
+  let liveAtStart: string[] = [];
+  let servedSince: number | null = null;
   const stop = async () => {
     await registration?.close();
     await devices.stop();
@@ -61,18 +77,29 @@ export async function startReconcileDevices(
     const { registrationSocket } = policy.devicePlugins;
     if (registrationSocket !== null && policy.handlers.has("DevicePlugin") && !daemon) {
       const slots = { limit: () => policy.security.maxPlugins, heldElsewhere: pluginManagerSlots };
+      liveAtStart = await liveSocketsBeside(registrationSocket, policy.security.maxPlugins);
       registration = await serveRegistration({ socketPath: registrationSocket, manager: devices, log, slots }).catch((error: unknown) => {
         if (!(error instanceof SocketInUseError)) throw error;
         log.warn("device plugins registering on the registration socket are not collected: it is served by another process", { socket: registrationSocket, holder: error.holder });
         return null;
       });
+      if (registration !== null) servedSince = performance.now();
+      else liveAtStart = [];
     }
   } catch (error) {
     await stop();
     throw error;
   }
   if (daemon) log.warn("an edgeplug daemon serves the API socket: the checkpoint is read, not written", { socket: policy.api.socket, checkpoint: policy.checkpoint.path });
-  return { devices, writesCheckpoint: !daemon, slotsHeld: () => registration?.slotsHeld ?? 0, stop };
+  return {
+    devices,
+    writesCheckpoint: !daemon,
+    registrationSocket: registration === null ? null : policy.devicePlugins.registrationSocket,
+    servedSince,
+    liveAtStart,
+    slotsHeld: () => registration?.slotsHeld ?? 0,
+    stop,
+  };
 }
 
 /**
@@ -83,6 +110,47 @@ export async function startReconcileDevices(
 export function devicesSettled(devices: DeviceManager, everyResource: boolean): boolean {
   if (devices.awaitingFirstList().length > 0) return false;
   return !everyResource || devices.resources().every((resource) => resource.connected);
+}
+
+/** Device plugins connected through kubelet.sock now: resource and endpoint, sorted by resource then socket. */
+export function registrationSocketPlugins(devices: DeviceManager): { resource: string; socket: string }[] {
+  const plugins: { resource: string; socket: string }[] = [];
+  for (const state of devices.resourceStates()) {
+    for (const socket of state.endpoints.keys()) {
+      if (devices.hasRegistrationSocketPlugin(state.name, socket)) plugins.push({ resource: state.name, socket });
+    }
+  }
+  return plugins.sort((a, b) => (a.resource === b.resource ? compare(a.socket, b.socket) : compare(a.resource, b.resource)));
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * Sockets beside `registrationSocket` (not it) that accept connections: at
+ * most `limit` of them looked at, since the directory is anyone's who may
+ * write there. Nothing when the directory cannot be read (serving
+ * kubelet.sock then says why).
+ */
+async function liveSocketsBeside(registrationSocket: string, limit: number): Promise<string[]> {
+  let directory: string;
+  let entries: fs.Dirent[];
+  try {
+    // Real paths, as a registered plugin's endpoint is known by its real path.
+    directory = fs.realpathSync(path.dirname(registrationSocket));
+    entries = fs.readdirSync(directory, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  const sockets = entries
+    .filter((entry) => entry.isSocket())
+    .map((entry) => path.join(directory, entry.name))
+    .filter((socket) => socket !== path.join(directory, path.basename(registrationSocket)))
+    .sort()
+    .slice(0, limit);
+  const live = await Promise.all(sockets.map(async (socket) => ((await answers(socket)) ? socket : null)));
+  return live.filter((socket) => socket !== null);
 }
 
 /** Resolves at the next change of either source, or when `signal` fires. */

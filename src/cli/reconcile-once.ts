@@ -12,7 +12,8 @@
 import { csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
 import { endpointRules } from "../handlers/endpoint-rules.ts";
 import { handlerFactories } from "../handlers/factories.ts";
-import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type Expectations } from "../api/report.ts";
+import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type DevicePluginsSeen, type Expectations } from "../api/report.ts";
+import type { ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { buildStatus } from "../api/status.ts";
 import type { Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
@@ -25,7 +26,16 @@ import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
 import { printable } from "../log/printable.ts";
 import { checkpointStatus } from "../handlers/deviceplugin/device-status.ts";
-import { devicesSettled, nextChange, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
+import { devicesSettled, nextChange, registrationSocketPlugins, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
+
+/**
+ * How long a run that waits for every socket gives device plugins, after
+ * kubelet.sock starts serving, to register on it: a plugin that watches for
+ * kubelet.sock (as every device plugin does, to re-register after a kubelet
+ * restart) needs a moment to see it; without this a run could say ok before
+ * one had a chance. Within `--timeout`, never beyond it.
+ */
+export const REGISTRATION_SETTLE_MS = 1000;
 
 export interface ReconcileSettings {
   timeoutMs: number;
@@ -59,11 +69,27 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
     return cannotStart(error, io, settings.output);
   }
   const signal = AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]);
-  // Plugins first, then the device lists; a device plugin registering late starts the loop again.
-  const everyResource = !hasExpectations(expectations) || expectations.strict;
-  while (await records.whenSettled({ predicate: (plugins) => outcomeIsKnown(plugins, expectations), signal })) {
-    if (devicesSettled(devices, everyResource && !records.plugins().some(isPermanentRefusal))) break;
-    await nextChange([(listener) => records.subscribe(listener), (listener) => devices.subscribe(listener)], signal);
+  const everySocket = !hasExpectations(expectations) || expectations.strict;
+  const seen = new Set<string>();
+  const settleUntil = deviceSide.servedSince === null ? 0 : deviceSide.servedSince + REGISTRATION_SETTLE_MS;
+  const verdictKnown = (): boolean => {
+    const resources = devices.resources();
+    for (const resource of resources) if (resource.connected) seen.add(resource.name);
+    const plugins = records.plugins();
+    const kubeletPlugins = registrationSocketPlugins(devices);
+    if (!outcomeIsKnown(plugins, expectations, { kubeletPlugins: kubeletPlugins.map((plugin) => plugin.resource), resources })) return false;
+    const refusedForGood = everySocket && plugins.some(isPermanentRefusal);
+    if (!devicesSettled(devices, everySocket && !refusedForGood)) return false;
+    if (!everySocket || refusedForGood) return true;
+    return silentSockets(deviceSide.liveAtStart, kubeletPlugins).length === 0 && performance.now() >= settleUntil;
+  };
+  // Woken by any change of the plugin records or the device side, and once the settle is over.
+  while (!signal.aborted && !verdictKnown()) {
+    const settling = everySocket ? settleUntil - performance.now() : 0;
+    await nextChange(
+      [(listener) => records.subscribe(listener), (listener) => devices.subscribe(listener), ...(settling > 0 ? [timerSource(settling)] : [])],
+      signal,
+    );
   }
   const unlisted = devices.awaitingFirstList();
   if (unlisted.length > 0) io.log.warn("device plugins sent no device list in time", { plugins: unlisted, timeout: formatDuration(settings.timeoutMs) });
@@ -71,12 +97,22 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const unfinished: Failure = { reason: "timeout", error: `not registered within ${formatDuration(settings.timeoutMs)}` };
   const plugins = records.plugins().map((plugin) => finalState(plugin, unfinished));
   const watchLimits = manager.watchLimitsReached();
-  const status = buildStatus({ node: policy.nodeName, plugins, resources: devices.resources(), allocations: devices.allocations(), watchLimits });
+  const resources = devices.resources();
+  for (const resource of resources) if (resource.connected) seen.add(resource.name);
+  const registered = registrationSocketPlugins(devices);
+  const devicePlugins: DevicePluginsSeen = {
+    registered,
+    silent: silentSockets(deviceSide.liveAtStart, registered),
+    seen,
+    registrationSocket: deviceSide.registrationSocket,
+    timeoutMs: settings.timeoutMs,
+  };
+  const status = buildStatus({ node: policy.nodeName, plugins, resources, allocations: devices.allocations(), watchLimits });
   await manager.stop();
   await devices.writeCheckpoint();
   await deviceSide.stop();
   status.checkpoint = checkpointStatus(policy.checkpoint.path, devices.checkpointState());
-  const report = buildReport(status, expectations, startedAt, new Date());
+  const report = buildReport(status, expectations, startedAt, new Date(), devicePlugins);
   io.stdout(settings.output === "json" ? JSON.stringify(report, null, 2) + "\n" : reportToText(report, status));
   logOutcome(io.log, report.ok, report.expectations.unmet, plugins);
   return report.ok ? EXIT_OK : EXIT_FAILURE;
@@ -99,23 +135,39 @@ export function isPermanentRefusal(plugin: PluginRecord): boolean {
   return plugin.state === "failed" && plugin.reason !== null && PERMANENT_FAILURES.has(plugin.reason);
 }
 
+/** What the device side adds to the plugin records: device plugins on kubelet.sock (by resource) and every resource now. */
+export interface DeviceView {
+  kubeletPlugins: readonly string[];
+  resources: readonly ResourceStatus[];
+}
+
+const NO_DEVICES: DeviceView = { kubeletPlugins: [], resources: [] };
+
 /**
  * Whether the verdict is known, so the run can end now. Either way each socket
  * must have had its first answer (none `pending`), so the report says what
  * became of it rather than "not registered within".
- * - ok: every socket counting, all registered; or the expectations met.
+ * - ok: every socket counting, all registered; or the expectations met
+ *   (device plugins on kubelet.sock count as plugins named by their
+ *   resource; `--expect-resource` wants its resource connected with enough
+ *   healthy devices).
  * - certainly not ok: every socket counting, one was refused for good; or a
  *   required name was refused for good and no other socket may still turn
- *   out to carry it. A count (`--expect`) never fails early: sockets may
- *   still appear while a node boots.
+ *   out to carry it. A count (`--expect`, `--expect-resource`) never fails
+ *   early: sockets may still appear while a node boots.
  */
-export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: Expectations): boolean {
+export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: Expectations, devices: DeviceView = NO_DEVICES): boolean {
   if (plugins.some((plugin) => plugin.state === "pending")) return false;
   const everySocketCounts = !hasExpectations(expectations) || expectations.strict;
   const registered = plugins.filter((plugin) => plugin.state === "registered");
-  const expectMet = expectations.expect === null || registered.length >= expectations.expect;
-  const unmetNames = expectations.require.filter((name) => !registered.some((plugin) => plugin.name === name));
-  const expectationsMet = expectMet && unmetNames.length === 0;
+  const isRegistered = (name: string) => registered.some((plugin) => plugin.name === name) || devices.kubeletPlugins.includes(name);
+  const expectMet = expectations.expect === null || registered.length + devices.kubeletPlugins.length >= expectations.expect;
+  const unmetNames = expectations.require.filter((name) => !isRegistered(name));
+  const resourcesMet = Object.entries(expectations.resources).every(([name, count]) => {
+    const resource = devices.resources.find((candidate) => candidate.name === name);
+    return resource !== undefined && resource.connected && resource.healthy.length >= count;
+  });
+  const expectationsMet = expectMet && unmetNames.length === 0 && resourcesMet;
   if (everySocketCounts) {
     return (expectationsMet && registered.length === plugins.length) || plugins.some(isPermanentRefusal);
   }
@@ -124,6 +176,24 @@ export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: E
   const refusedForGood = (name: string) =>
     plugins.some((plugin) => plugin.name === name && isPermanentRefusal(plugin)) && !mayStillBe(name);
   return expectationsMet || unmetNames.some(refusedForGood);
+}
+
+/**
+ * The sockets found accepting connections at the start whose plugin has not
+ * registered on kubelet.sock: none once as many plugins have registered (a
+ * plugin may come back on a socket of another name).
+ */
+export function silentSockets(liveAtStart: readonly string[], registered: readonly { socket: string }[]): string[] {
+  if (registered.length >= liveAtStart.length) return [];
+  return liveAtStart.filter((socket) => !registered.some((plugin) => plugin.socket === socket));
+}
+
+/** A wake-up source for nextChange: once, after `ms`. */
+function timerSource(ms: number): (listener: () => void) => () => void {
+  return (listener) => {
+    const timer = setTimeout(listener, ms);
+    return () => clearTimeout(timer);
+  };
 }
 
 /** docs/status-json.md: at the end of --reconcile-once a plugin that never registered is `failed`. */

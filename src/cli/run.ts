@@ -20,22 +20,29 @@ import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
 import { installLightHeaders } from "./light-headers.ts";
+import { isExtendedResourceName } from "../handlers/deviceplugin/names.ts";
 import { reconcileOnce } from "./reconcile-once.ts";
 
 const usage = `Usage: edgeplug [run] [--config PATH]
        edgeplug [run] [--config PATH] --reconcile-once [--timeout DUR] [--expect N]
-                [--require NAME]... [--strict] [--output text|json]
+                [--require NAME]... [--expect-resource NAME=N]... [--strict] [--output text|json]
 
 Runs the agent until SIGTERM/SIGINT, or with --reconcile-once makes one pass:
-registers every socket under the watched directories, prints a report and
-exits as soon as the verdict is known, or when the timeout elapses.
+registers every socket under the watched directories and every device plugin
+that registers on kubelet.sock, prints a report and exits as soon as the
+verdict is known, or when the timeout elapses.
 
 Options:
   --config PATH        the policy (default: /etc/edgeplug/policy.yaml if it exists, else the embedded default)
   --reconcile-once     one pass, then a report; never binds api.socket or api.metrics
   --timeout DUR        how long --reconcile-once retries (Go duration, more than 0, at most 596h31m23.647s; default 10s)
-  --expect N           --reconcile-once waits for at least N registered plugins
-  --require NAME       --reconcile-once waits for a registered plugin of that name (repeatable)
+  --expect N           --reconcile-once waits for at least N registered plugins (watched
+                       directories and kubelet.sock together)
+  --require NAME       --reconcile-once waits for a registered plugin of that name (repeatable;
+                       a device plugin on kubelet.sock is named by its resource)
+  --expect-resource NAME=N
+                       --reconcile-once waits for resource NAME with at least N healthy devices,
+                       whichever way its plugin registered (repeatable)
   --strict             with --expect/--require, every socket still counts (default: only the expectations decide)
   --output text|json   report format (default text)
 ${COMMON_OPTIONS_HELP}
@@ -50,6 +57,7 @@ const options = {
   timeout: { type: "string" },
   expect: { type: "string" },
   require: { type: "string", multiple: true },
+  "expect-resource": { type: "string", multiple: true },
   strict: { type: "boolean" },
   output: { type: "string" },
 } as const;
@@ -65,7 +73,7 @@ export const runCommand: Command = {
     const { values } = parsed;
     const once = values["reconcile-once"] === true;
     if (!once) {
-      for (const flag of ["timeout", "expect", "require", "strict", "output"] as const) {
+      for (const flag of ["timeout", "expect", "require", "expect-resource", "strict", "output"] as const) {
         if (values[flag] !== undefined) throw new UsageError(`edgeplug run: --${flag} needs --reconcile-once`);
       }
     }
@@ -73,6 +81,7 @@ export const runCommand: Command = {
     const expectations: Expectations = {
       expect: countFlag(values.expect),
       require: (values.require ?? []).map(requireFlag),
+      resources: expectResourceFlags(values["expect-resource"] ?? []),
       strict: values.strict === true,
     };
     const output = outputFlag("run", values.output);
@@ -85,6 +94,13 @@ export const runCommand: Command = {
       throw new UsageError(
         `edgeplug run: --expect: ${expectations.expect} can never be met: the policy ${policy.source} allows at most ${policy.security.maxPlugins} plugins (security.maxPlugins)`,
       );
+    }
+    for (const [name, count] of Object.entries(expectations.resources)) {
+      if (count > policy.security.maxDevicesPerResource) {
+        throw new UsageError(
+          `edgeplug run: --expect-resource: ${name}=${count} can never be met: the policy ${policy.source} allows at most ${policy.security.maxDevicesPerResource} devices per resource (security.maxDevicesPerResource)`,
+        );
+      }
     }
     if (once) return reconcileOnce(policy, io, { timeoutMs, expectations, output });
     return runDaemon(policy, values.config, io);
@@ -177,6 +193,23 @@ function countFlag(value: string | undefined): number | null {
 function requireFlag(name: string): string {
   if (name.trim() === "") throw new UsageError(`edgeplug run: --require: expected a plugin name, got ${JSON.stringify(name)}`);
   return name;
+}
+
+/** `--expect-resource NAME=N`: an extended resource name, given once, and a whole number of devices, 1 or more. */
+function expectResourceFlags(values: string[]): Record<string, number> {
+  const resources: Record<string, number> = {};
+  for (const value of values) {
+    const bad = (why: string) => new UsageError(`edgeplug run: --expect-resource: ${JSON.stringify(value)}: ${why}`);
+    const equals = value.lastIndexOf("=");
+    if (equals < 0) throw bad("expected NAME=N, e.g. example.com/dev=2");
+    const name = value.slice(0, equals);
+    const text = value.slice(equals + 1);
+    if (!isExtendedResourceName(name)) throw bad(`${JSON.stringify(name)} is not an extended resource name (DOMAIN/NAME, e.g. example.com/dev)`);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) < 1) throw bad(`N must be a whole number of devices, 1 or more, got ${JSON.stringify(text)}`);
+    if (Object.hasOwn(resources, name)) throw bad(`${name} is given twice`);
+    resources[name] = Number(text);
+  }
+  return resources;
 }
 
 /** Runs `start`; when it fails (a socket in use, a directory it cannot create), says why on stderr (exit 1). */
