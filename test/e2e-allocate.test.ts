@@ -8,7 +8,9 @@
 import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
-import { runEdgeplug } from "./support/agent-process.ts";
+import { runEdgeplug, startEdgeplug } from "./support/agent-process.ts";
+import { startExample } from "./support/example-process.ts";
+import { waitUntil } from "./support/wait.ts";
 import { startFakeDevicePlugin, type TestDevice } from "./support/fake-device-plugin.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { deviceNode, startAgent } from "./support/device-node.ts";
@@ -123,4 +125,30 @@ test("allocate prints the plugin's answer, refusals exit 1 with the kubelet's te
   assert.equal(text.stdout, "job-1 held no devices; nothing released\n");
   const afterwards = await runEdgeplug(["allocate", "--owner", "job-2", `${GPU}=3`, ...api]);
   assert.equal(afterwards.code, 0, afterwards.stderr);
+});
+
+test("allocate --wait waits for a device plugin that registers after the request, and gives up after DUR naming what is missing", async (t) => {
+  const node = deviceNode(t);
+  await startAgent(node);
+  const refused = await runEdgeplug(["allocate", "--api", node.apiSocket, "--owner", "early", "example.com/dev=2"]);
+  assert.equal(refused.code, 1, "without --wait the request is refused at once");
+
+  const gaveUp = await runEdgeplug(["allocate", "--api", node.apiSocket, "--owner", "early", "--wait", "1s", "example.com/dev=2"]);
+  assert.equal(gaveUp.code, 1, gaveUp.stderr);
+  assert.match(gaveUp.stderr, /^edgeplug allocate: waiting up to 1s: example\.com\/dev: no device plugin has registered it$/m);
+  assert.match(gaveUp.stderr, /^edgeplug allocate: not ready within 1s \(--wait\), nothing allocated: example\.com\/dev: no device plugin has registered it$/m);
+
+  const waiting = startEdgeplug(["allocate", "--api", node.apiSocket, "--owner", "late", "--wait", "30s", "--output", "json", "example.com/dev=2"]);
+  node.after(() => waiting.terminate());
+  await waitUntil(() => waiting.stderr().includes("waiting up to 30s"), "allocate to say it waits", 10_000);
+  const plugin = startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--resource", "example.com/dev", "--devices", "2", "--numa-nodes", "0", "--no-pre-start", "--no-preferred"]);
+  await plugin.waitForLine(/^registered$/);
+  const { code } = await waiting.exited;
+  assert.equal(code, 0, waiting.stderr());
+  const answer = JSON.parse(waiting.stdout()) as { allocations: { resource: string; devices: string[] }[] };
+  assert.deepEqual(answer.allocations.map((a) => [a.resource, [...a.devices].sort()]), [["example.com/dev", ["dev0", "dev1"]]]);
+
+  const tooLong = await runEdgeplug(["allocate", "--api", node.apiSocket, "--owner", "o", "--wait", "2h", "example.com/dev=1"]);
+  assert.equal(tooLong.code, 2);
+  assert.match(tooLong.stderr, /--wait: must be at most 1h0m0s, got "2h"/);
 });

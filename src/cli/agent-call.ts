@@ -60,6 +60,9 @@ export function containerFlag(command: string, value: string | undefined): strin
   return nameFlag(command, "container", value ?? "main", MAX_CONTAINER_LENGTH, "the length of a container name, a DNS label");
 }
 
+/** A failure the command itself decided (not an RPC error): its message is printed as it is. */
+export class CallFailure extends Error {}
+
 export interface AgentCall {
   command: string;
   api: string | undefined;
@@ -91,6 +94,7 @@ export async function callAgent(io: CommandIO, options: AgentCall, call: (client
 }
 
 function failure(error: unknown, socket: string, timeoutMs: number, what: string, interrupted: boolean): string {
+  if (error instanceof CallFailure) return error.message;
   const kind = classifyRpcError(error);
   const message = error instanceof ConnectError ? error.rawMessage : error instanceof Error ? error.message : String(error);
   switch (kind) {

@@ -12,16 +12,19 @@ import { AllocateResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { MAX_RESOURCES_PER_REQUEST } from "../handlers/deviceplugin/allocation.ts";
 import { isExtendedResourceName } from "../handlers/deviceplugin/names.ts";
 import { printable } from "../log/printable.ts";
-import { outputFlag, parseCommandArgs } from "./args.ts";
-import { AGENT_CALL_OPTIONS, callAgent, containerFlag, ownerFlag } from "./agent-call.ts";
-import type { Command } from "./command.ts";
+import type { Client } from "@connectrpc/connect";
+import type { Agent, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
+import { formatDuration } from "../policy/duration.ts";
+import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
+import { AGENT_CALL_OPTIONS, CallFailure, callAgent, containerFlag, ownerFlag } from "./agent-call.ts";
+import type { Command, CommandIO } from "./command.ts";
 import { UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
 
 /** A count travels as a uint32; anything larger cannot be asked for at all (the agent also holds it to security.maxDevicesPerResource). */
 export const MAX_COUNT = 0xffff_ffff;
 
-const usage = `Usage: edgeplug allocate --owner ID [--container NAME] RESOURCE=COUNT... [--config PATH | --api SOCKET] [--output text|json] [--timeout DUR]
+const usage = `Usage: edgeplug allocate --owner ID [--container NAME] RESOURCE=COUNT... [--config PATH | --api SOCKET] [--output text|json] [--timeout DUR] [--wait DUR]
 
 Asks the running agent to allocate COUNT healthy, free devices of each
 RESOURCE (an extended resource name such as acme.io/gpu) to the owner, as
@@ -41,12 +44,18 @@ Options:
   --api SOCKET         the agent's API socket (overrides --config)
   --output text|json   text for people (default) or the API's JSON
   --timeout DUR        how long to wait for the agent (default 2m)
+  --wait DUR           first wait, at most DUR (at most 1h), until every RESOURCE is connected with
+                       at least COUNT healthy devices (a device plugin registering after a node
+                       restart), instead of being refused at once
 ${COMMON_OPTIONS_HELP}
 
-Exit codes: 0 allocated, 1 refused (the reason on stderr) or agent unreachable, 2 bad usage.
+Exit codes: 0 allocated, 1 refused (the reason on stderr), not ready within --wait, or agent unreachable, 2 bad usage.
 `;
 
-const options = { ...AGENT_CALL_OPTIONS, container: { type: "string" } } as const;
+const options = { ...AGENT_CALL_OPTIONS, container: { type: "string" }, wait: { type: "string" } } as const;
+
+/** The longest `--wait`: long enough for a node's device plugins to come back after a reboot, short enough that a forgotten script ends. */
+export const MAX_WAIT_MS = 3_600_000;
 
 export const allocateCommand: Command = {
   name: "allocate",
@@ -58,12 +67,64 @@ export const allocateCommand: Command = {
     const owner = ownerFlag("allocate", parsed.values.owner);
     const container = containerFlag("allocate", parsed.values.container);
     const resources = parseRequests(parsed.positionals);
+    const waitMs = parsed.values.wait === undefined ? null : waitFlag("allocate", "wait", parsed.values.wait);
+    if (waitMs !== null && waitMs > MAX_WAIT_MS) {
+      throw new UsageError(`edgeplug allocate: --wait: must be at most ${formatDuration(MAX_WAIT_MS)}, got ${JSON.stringify(parsed.values.wait)}`);
+    }
     return callAgent(io, { ...parsed.values, command: "allocate", what: "the allocation" }, async (client, timeoutMs) => {
+      if (waitMs !== null) await waitUntilReady(client, resources, waitMs, io);
       const answer = await client.allocate({ owner, container, resources }, { timeoutMs, signal: io.signal });
       io.stdout(output === "json" ? JSON.stringify(toJson(AllocateResponseSchema, answer, { alwaysEmitImplicit: true }), null, 2) + "\n" : allocationText(answer));
     });
   },
 };
+
+/**
+ * Waits, following the agent's events, until every requested resource is
+ * connected with at least its count of healthy devices; throws a
+ * CallFailure naming what is missing when `waitMs` passes first. Whether
+ * enough of them are free is the allocation's to say, with the kubelet's reason.
+ */
+async function waitUntilReady(client: Client<typeof Agent>, requests: { resource: string; count: number }[], waitMs: number, io: CommandIO): Promise<void> {
+  const known = new Map<string, ResourceStatus>();
+  const missing = () =>
+    requests.flatMap(({ resource, count }) => {
+      const state = known.get(resource);
+      if (state === undefined) return [`${resource}: no device plugin has registered it`];
+      if (!state.connected) return [`${resource}: its device plugin is not connected`];
+      if (state.healthy.length < count) return [`${resource}: ${state.healthy.length} healthy of ${count} wanted`];
+      return [];
+    });
+  const expired = AbortSignal.timeout(waitMs);
+  const stop = new AbortController();
+  let waited = false;
+  try {
+    for await (const event of client.watchEvents({}, { signal: AbortSignal.any([expired, io.signal, stop.signal]) })) {
+      if (event.kind.case === "snapshot") {
+        known.clear();
+        for (const resource of event.kind.value.resources) known.set(resource.name, resource);
+      } else if (event.kind.case === "resource" && event.kind.value.resource) {
+        const resource = event.kind.value.resource;
+        if (event.kind.value.removed) known.delete(resource.name);
+        else known.set(resource.name, resource);
+      } else {
+        continue;
+      }
+      if (missing().length === 0) {
+        stop.abort();
+        return;
+      }
+      if (!waited) io.stderr(printable(`edgeplug allocate: waiting up to ${formatDuration(waitMs)}: ${missing().join("; ")}`) + "\n");
+      waited = true;
+    }
+  } catch (error) {
+    if (stop.signal.aborted) return;
+    if (io.signal.aborted) throw new CallFailure("interrupted while waiting (--wait); nothing allocated");
+    if (!expired.aborted) throw error;
+  }
+  if (expired.aborted) throw new CallFailure(`not ready within ${formatDuration(waitMs)} (--wait), nothing allocated: ${missing().join("; ")}`);
+  throw new CallFailure("the agent ended its event stream before the resources were ready; nothing allocated");
+}
 
 /** Parses `RESOURCE=COUNT` arguments; every mistake is a usage error naming the argument. */
 export function parseRequests(positionals: string[]): { resource: string; count: number }[] {
