@@ -8,7 +8,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { startDaemon, startEdgeplug, writePolicy } from "./support/agent-process.ts";
+import { runEdgeplug, startDaemon, startEdgeplug, writePolicy } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
@@ -135,3 +135,33 @@ function eventLines(stream: NodeJS.ReadableStream) {
     },
   };
 }
+
+test("status, allocate and release reach the running agent when its policy file has since been broken, and say so on stderr", async (t) => {
+  const { policy } = await startDaemon(t);
+  const original = fs.readFileSync(policy.path, "utf8");
+  const notice = new RegExp(`the policy ${policy.path} is invalid \\(edgeplug validate --config ${policy.path} says why\\); using the running agent's API socket ${policy.apiSocket}, which answers`);
+
+  // A schema error, then a file that is no longer YAML (a tab): either way the file still names the socket.
+  for (const broken of [original.replace("reconcile:\n", "reconcile:\n  resync: soon\n"), original.replace("  backoff:", "\tbackoff:")]) {
+    fs.writeFileSync(policy.path, broken);
+    const validate = await runEdgeplug(["validate", "--config", policy.path]);
+    assert.equal(validate.code, 2, "the file is broken indeed");
+    const status = await runEdgeplug(["status", "--config", policy.path, "--exit-zero"]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stderr, new RegExp(`^edgeplug status: ${notice.source}$`, "m"));
+    assert.match(status.stdout, /^node e2e-node: /);
+    const release = await runEdgeplug(["release", "--config", policy.path, "--owner", "nobody"]);
+    assert.equal(release.code, 0, release.stderr);
+    assert.match(release.stderr, new RegExp(`^edgeplug release: ${notice.source}$`, "m"));
+    const allocate = await runEdgeplug(["allocate", "--config", policy.path, "--owner", "o", "acme.io/none=1"]);
+    assert.equal(allocate.code, 1, "refused by the agent, not by the policy");
+    assert.match(allocate.stderr, new RegExp(`^edgeplug allocate: ${notice.source}$`, "m"));
+    assert.match(allocate.stderr, /^edgeplug allocate: refused: /m);
+  }
+
+  // No agent answering where the file or the default policy says: the policy's errors stand.
+  fs.writeFileSync(policy.path, original.replace(policy.apiSocket, path.join(path.dirname(policy.path), "none.sock")).replace("reconcile:\n", "reconcile:\n  resync: soon\n"));
+  const status = await runEdgeplug(["status", "--config", policy.path]);
+  assert.equal(status.code, 2, status.stderr);
+  assert.match(status.stderr, /reconcile\.resync: expected a duration/);
+});

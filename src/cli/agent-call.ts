@@ -79,7 +79,7 @@ export interface AgentCall {
  */
 export async function callAgent(io: CommandIO, options: AgentCall, call: (client: Client<typeof Agent>, timeoutMs: number) => Promise<void>): Promise<number> {
   const timeoutMs = options.timeout === undefined ? DEFAULT_CALL_TIMEOUT_MS : waitFlag(options.command, "timeout", options.timeout);
-  const socket = await apiSocketFor(options.command, options.api, options.config);
+  const socket = await apiSocketFor(options.command, options.api, options.config, io.stderr);
   installLightHeaders();
   const channel = dialUnixHttp1(socket, { connectTimeoutMs: CONNECT_TIMEOUT_MS });
   try {

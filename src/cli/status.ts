@@ -3,6 +3,8 @@
  * the status for people (a table) or scripts (docs/status-json.md);
  * `--watch` then prints every event as it arrives.
  */
+import * as fs from "node:fs";
+import * as net from "node:net";
 import { createClient } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -52,7 +54,7 @@ export const statusCommand: Command = {
   async run(args, io) {
     const parsed = parseCommandArgs("status", args, options);
     const output = outputFlag("status", parsed.values.output);
-    const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config);
+    const socket = await apiSocketFor("status", parsed.values.api, parsed.values.config, io.stderr);
     installLightHeaders();
     const channel = dialUnixHttp1(socket, { connectTimeoutMs: STATUS_TIMEOUT_MS });
     /** Whether --watch has received anything: after that, an end is the agent going away. */
@@ -84,17 +86,74 @@ export const statusCommand: Command = {
 
 /**
  * The API socket named by `--api`, else by the policy's `api.socket` (from
- * `--config`, or the default policy).
+ * `--config`, or the default policy). A policy file that does not load does
+ * not cut the way to a running agent, which still serves the policy it
+ * started with: the socket is then the one the broken file names, if its
+ * YAML still says, else the default policy's, whichever answers first; the
+ * command says so on stderr. With neither answering, the policy's errors
+ * stand (exit 2).
  */
-export async function apiSocketFor(command: string, api: string | undefined, config: string | undefined): Promise<string> {
+export async function apiSocketFor(command: string, api: string | undefined, config: string | undefined, stderr?: (text: string) => void): Promise<string> {
   if (api !== undefined) return api;
   // Loaded only here: with --api, status needs neither YAML nor the policy validator.
-  const { resolvePolicy } = await import("../policy/load.ts");
-  const policy = await resolvePolicy(config);
+  const { resolvePolicy, loadDefaultPolicy, MAX_POLICY_BYTES } = await import("../policy/load.ts");
+  let policy: Awaited<ReturnType<typeof resolvePolicy>>;
+  try {
+    policy = await resolvePolicy(config);
+  } catch (error) {
+    const { PolicyError } = await import("../policy/errors.ts");
+    if (!(error instanceof PolicyError) || stderr === undefined) throw error;
+    const file = error.issues[0]?.file ?? config ?? "the policy";
+    const named = await socketNamedIn(file, MAX_POLICY_BYTES);
+    const candidates = [...new Set([named, loadDefaultPolicy().api.socket].filter((socket) => socket !== null))];
+    for (const socket of candidates) {
+      if (!(await answers(socket))) continue;
+      stderr(printable(`edgeplug ${command}: the policy ${file} is invalid (edgeplug validate --config ${file} says why); using the running agent's API socket ${socket}, which answers`) + "\n");
+      return socket;
+    }
+    throw error;
+  }
   if (policy.api.socket === null) {
     throw new UsageError(`edgeplug ${command}: the policy ${policy.source} disables the API (api.socket: null); pass --api SOCKET`);
   }
   return policy.api.socket;
+}
+
+/** `api.socket` as a policy file that does not validate still states it (a string starting with /), or null. */
+async function socketNamedIn(file: string, maxBytes: number): Promise<string | null> {
+  let text: string;
+  try {
+    const fd = fs.openSync(file, "r");
+    try {
+      const buffer = Buffer.alloc(maxBytes);
+      text = buffer.subarray(0, fs.readSync(fd, buffer, 0, maxBytes, 0)).toString("utf8");
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return null;
+  }
+  try {
+    const { parseDocument } = await import("yaml");
+    const socket = parseDocument(text, { logLevel: "silent", uniqueKeys: false }).getIn(["api", "socket"]);
+    return typeof socket === "string" && socket.startsWith("/") ? socket : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether something accepts connections on the unix socket at `socketPath` within a second. */
+function answers(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(socketPath);
+    const done = (answered: boolean) => {
+      socket.destroy();
+      resolve(answered);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once("connect", () => done(true));
+    socket.once("error", () => done(false));
+  });
 }
 
 function describe(error: unknown): string {
