@@ -83,14 +83,14 @@ test("version --verbose shows node:sea's isSea() is true inside the executable",
   assert.ok(lines.includes(`executable: ${binary}`), result.stdout);
 });
 
-test("the executable validates every policy in config/", { concurrency: true }, async (t) => {
+test("the executable validates every policy in config/ (--offline: they are examples for other hosts)", { concurrency: true }, async (t) => {
   const cwd = tempDir(t);
   const files = fs.readdirSync(configDir).filter((name) => name.endsWith(".yaml"));
   assert.ok(files.includes("dev.yaml"));
   await Promise.all(
     files.map((file) =>
       t.test(file, async () => {
-        const result = await runBinary(["validate", "--config", path.join(configDir, file)], cwd);
+        const result = await runBinary(["validate", "--offline", "--config", path.join(configDir, file)], cwd);
         assert.equal(result.code, 0, result.stderr);
         assert.equal(result.stdout, "ok\n");
       }),
@@ -148,4 +148,39 @@ test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes
   assert.equal(code, 0, stderr);
   assert.ok(performance.now() - stoppedAt < 2000, "exits within 2 s of SIGTERM");
   assert.equal(fs.existsSync(apiSocket), false, "the API socket is removed");
+});
+
+test("validate fails on what would stop run on this host (a missing socketGroup, a directory that cannot be created, a socket path too long); --offline checks the policy only", async (t) => {
+  const dir = tempDir(t);
+  fs.writeFileSync(path.join(dir, "file"), "");
+  const file = path.join(dir, "host.yaml");
+  const longSocket = path.join(dir, "d".repeat(100), "api.sock");
+  fs.writeFileSync(
+    file,
+    [
+      "version: 1",
+      "watch:",
+      `  - path: ${dir}/registry`,
+      `  - path: ${dir}/file/registry`,
+      "devicePlugins: { registrationSocket: null }",
+      `checkpoint: { path: ${dir}/state/checkpoint }`,
+      `api: { socket: ${longSocket}, socketGroup: no-such-group-edgeplug, metrics: null }`,
+      "",
+    ].join("\n"),
+  );
+  const online = await runBinary(["validate", "--config", file], dir);
+  assert.equal(online.code, 2, online.stderr);
+  assert.equal(online.stdout, "");
+  assert.deepEqual(online.stderr.trimEnd().split("\n"), [
+    `${file}: on this host: api.socketGroup: no group named "no-such-group-edgeplug" in /etc/group`,
+    `${file}: on this host: api.socket: ${longSocket} is too long for a unix socket path (at most 107 bytes, and the directory's path 13 bytes less)`,
+    `${file}: on this host: watch[1].path: ${dir}/file/registry cannot be created: ${dir}/file is not a directory`,
+  ]);
+  const offline = await runBinary(["validate", "--offline", "--config", file], dir);
+  assert.equal(offline.code, 0, offline.stderr);
+  assert.equal(offline.stdout, "ok\n");
+  // What validate said is what run meets.
+  const run = await runBinary(["run", "--config", file], dir);
+  assert.equal(run.code, 1);
+  assert.match(run.stderr, /cannot start: .*no-such-group-edgeplug|cannot start: cannot create watch directory/);
 });
