@@ -12,7 +12,13 @@
  * executables themselves differ between builds only by V8's code cache,
  * which is not deterministic; `--no-code-cache` makes them identical too.
  *
- *   npm run release [-- --target linux-arm64] [-- --no-code-cache]
+ * A release is never degraded quietly: when a target's executable would be
+ * built without its code cache (no qemu for a foreign architecture) or
+ * unstripped (no strip for its ELF files), the release fails before building
+ * anything, naming what to install, unless `--allow-degraded` (or
+ * EDGEPLUG_RELEASE_ALLOW_DEGRADED=1) asks for it; then each is a warning.
+ *
+ *   npm run release [-- --target linux-arm64] [-- --no-code-cache] [-- --allow-degraded]
  */
 import { execFileSync } from "node:child_process";
 import crypto from "node:crypto";
@@ -23,7 +29,7 @@ import { parseArgs } from "node:util";
 import packageJson from "../package.json" with { type: "json" };
 import { nodeRuntime } from "./node-runtime.ts";
 import { writeTarGz, type TarInput } from "./tar.ts";
-import { targetByName, TARGETS, type Target } from "./targets.ts";
+import { releaseDegradations, targetByName, TARGETS, type Target } from "./targets.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const releaseDir = path.join(root, "dist", "release");
@@ -79,8 +85,20 @@ function tarballEntries(target: Target, executable: string, license: string, com
 }
 
 function main(): void {
-  const { values } = parseArgs({ options: { target: { type: "string", multiple: true }, "no-code-cache": { type: "boolean" } }, strict: true });
+  const { values } = parseArgs({
+    options: { target: { type: "string", multiple: true }, "no-code-cache": { type: "boolean" }, "allow-degraded": { type: "boolean" } },
+    strict: true,
+  });
   const targets = values.target === undefined ? TARGETS : values.target.map(targetByName);
+  const degradations = targets.flatMap((target) => releaseDegradations(target, values["no-code-cache"] !== true));
+  const allowDegraded = values["allow-degraded"] === true || process.env.EDGEPLUG_RELEASE_ALLOW_DEGRADED === "1";
+  if (degradations.length > 0 && !allowDegraded) {
+    throw new Error(
+      `the release would be degraded, so nothing was built:\n${degradations.map((line) => `  ${line}\n`).join("")}` +
+        "install what is named, or ask for it with --allow-degraded (or EDGEPLUG_RELEASE_ALLOW_DEGRADED=1)",
+    );
+  }
+  for (const line of degradations) process.stdout.write(`release: warning: degraded, as asked (--allow-degraded): ${line}\n`);
   const mtime = releaseTime();
   const commit = git("rev-parse", "--short", "HEAD") ?? "unknown";
   const dirty = git("status", "--porcelain", "--untracked-files=no");

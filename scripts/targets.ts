@@ -107,3 +107,19 @@ export function runTargetBinary(runner: Runner, file: string, args: string[], en
   const [command, ...prefixArgs] = [...runner.prefix, file];
   return spawnSync(command!, [...prefixArgs, ...args], { encoding: "utf8", env, timeout: 120_000 });
 }
+
+/**
+ * What would make `target`'s executable worse than a release should be, and
+ * why: no code cache (no way to run the target's node, unless `codeCache` is
+ * false: --no-code-cache asked for none) and not stripped (no strip for its
+ * ELF files). Empty when it can be built whole.
+ */
+export function releaseDegradations(target: Target, codeCache: boolean): string[] {
+  const degradations: string[] = [];
+  if (codeCache && runnerFor(target) === null) degradations.push(`${target.name}: without V8's code cache (slower starts): ${missingRunnerHint(target)}`);
+  if (stripFor(target) === null) {
+    const binutils = target.name === hostTarget().name ? "binutils" : `binutils-${target.triple}`;
+    degradations.push(`${target.name}: not stripped (about 18 MiB larger): no strip for ${target.triple} (Debian: apt-get install ${binutils})`);
+  }
+  return degradations;
+}
