@@ -200,6 +200,7 @@ export class EdgeplugAgent {
     this.#fleet.apply(this.#policy);
     logDescriptorLimit(this.#log, this.#policy, REGISTRATION_ATTEMPTS_AT_ONCE);
     this.#log.info("edgeplug running", {
+      version: EDGEPLUG_VERSION, commit: buildCommit(),
       node: this.#policy.nodeName,
       policy: this.#policy.source,
       api: api.socket,

@@ -83,7 +83,7 @@ test("one socket answers a grpc-js client, a Connect gRPC client and an HTTP/1.1
   const viaHttp1 = await postHttp1(server.socketPath, "/edgeplug.v1.Agent/Status", "{}");
   assert.equal(viaHttp1.status, 200);
   assert.match(viaHttp1.contentType, /^application\/json/);
-  assert.deepEqual(JSON.parse(viaHttp1.body), { ok: true, node: "stub-node", plugins: [], resources: [], allocations: [] });
+  assert.deepEqual(JSON.parse(viaHttp1.body), { ok: true, node: "stub-node", plugins: [], resources: [], allocations: [], version: "", commit: "" });
 });
 
 test("curl --unix-socket gets the Status JSON", async (t) => {
@@ -100,7 +100,7 @@ test("curl --unix-socket gets the Status JSON", async (t) => {
       (error, stdout, stderr) => (error ? reject(new Error(`curl failed: ${stderr}`)) : resolve(stdout)),
     ),
   );
-  assert.deepEqual(JSON.parse(output), { ok: true, node: "stub-node", plugins: [], resources: [], allocations: [] });
+  assert.deepEqual(JSON.parse(output), { ok: true, node: "stub-node", plugins: [], resources: [], allocations: [], version: "", commit: "" });
 });
 
 test("an HTTP/1.1 request is recognised even when its first bytes arrive one at a time", async (t) => {

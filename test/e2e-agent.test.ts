@@ -78,6 +78,8 @@ test("a second daemon on the same API socket exits 1 naming the holder", async (
   const second = await runEdgeplug(["run", "--config", policy.path]);
   assert.equal(second.code, 1);
   assert.match(second.stderr, /api\.sock is in use by another edgeplug \(node e2e-node\)/);
+  // JSON logs (the policy's): the reason is a log record too, not a plain line among them.
+  assert.ok(second.stderr.trimEnd().split("\n").every((line) => line.startsWith("{") && JSON.parse(line).msg), second.stderr);
 
   first.child.kill("SIGTERM");
   assert.equal((await first.exited).code, 0);
@@ -208,7 +210,8 @@ test("status shows null type, name and endpoint and [] versions until GetInfo an
   assert.equal(text.code, 0, text.stderr);
   const lines = text.stdout.split("\n");
   assert.equal(lines[0], "node e2e-node: NOT OK");
-  assert.match(lines[2]!, /^STATE\s+TYPE\s+NAME\s+AGE\s+ATTEMPTS\s+SOCKET\s+ERROR$/);
+  assert.match(lines[1]!, /^agent edgeplug \d+\.\d+\.\d+\S* \(\w+\)$/);
+  assert.match(lines[3]!, /^STATE\s+TYPE\s+NAME\s+AGE\s+ATTEMPTS\s+SOCKET\s+ERROR$/);
   assert.match(text.stdout, new RegExp(`\\nregistered\\s+acme\\.io/Sensor\\s+acme\\.io/thermo\\s+\\d+s\\s+1\\s+${good.socketPath}\\n`));
   assert.match(text.stdout, new RegExp(`\\npending\\s+-\\s+-\\s+\\d+s\\s+1\\s+${silent.socketPath}\\n`));
   agent.child.kill("SIGTERM");

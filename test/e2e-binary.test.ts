@@ -182,5 +182,5 @@ test("validate fails on what would stop run on this host (a missing socketGroup,
   // What validate said is what run meets.
   const run = await runBinary(["run", "--config", file], dir);
   assert.equal(run.code, 1);
-  assert.match(run.stderr, /cannot start: .*no-such-group-edgeplug|cannot start: cannot create watch directory/);
+  assert.match(run.stderr, /"msg":"cannot start","error":"(api\.socketGroup: no group named \\"no-such-group-edgeplug\\"|cannot create watch directory)/);
 });

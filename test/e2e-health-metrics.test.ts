@@ -12,6 +12,10 @@ import { promisify } from "node:util";
 import { runEdgeplug, startEdgeplug, writePolicy, type AgentProcess } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { killAfter } from "./support/child-cleanup.ts";
+import * as path from "node:path";
+import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
+import { healthyDevices, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
+import { waitUntil } from "./support/wait.ts";
 
 async function curl(...args: string[]): Promise<{ status: number; body: string }> {
   const { stdout } = await promisify(execFile)("curl", ["--silent", "--write-out", "\n%{http_code}", ...args]);
@@ -110,3 +114,28 @@ function logCount(agent: AgentProcess, message: string, count: number): Promise<
     check();
   });
 }
+
+test("the agent's version is in its start line, status (text and JSON) and the API; a device turning unhealthy and back is one log line each", async (t) => {
+  const node = deviceNode(t);
+  const agent = await startAgent(node);
+  const version = (await runEdgeplug(["version"])).stdout.split(" ");
+  const [edgeplugVersion, commit] = [version[1]!, version[5]!.trim()];
+  const running = await agent.waitForLog("edgeplug running");
+  assert.deepEqual([running.version, running.commit], [edgeplugVersion, commit]);
+  const status = await statusJson(node.apiSocket);
+  assert.deepEqual([status.version, status.commit], [edgeplugVersion, commit]);
+  const text = await runEdgeplug(["status", "--api", node.apiSocket, "--exit-zero"]);
+  assert.equal(text.stdout.split("\n")[1], `agent edgeplug ${edgeplugVersion} (${commit})`);
+
+  fs.mkdirSync(node.registry, { recursive: true });
+  const plugin = await startFakeDevicePlugin({ socketPath: path.join(node.registry, "gpu.sock"), devices: healthyDevices(3, "gpu"), watchedAs: { name: "acme.io/gpu" } });
+  node.after(() => plugin.stop());
+  await plugin.waitForStreams();
+  plugin.setDevices([{ ID: "gpu0", health: "Healthy" }, { ID: "gpu1", health: "Unhealthy" }, { ID: "gpu2", health: "Healthy" }]);
+  const down = await agent.waitForLog("device health changed");
+  assert.deepEqual([down.resource, down.healthy, down.unhealthy, down.turnedUnhealthy, down.turnedHealthy], ["acme.io/gpu", 2, 1, ["gpu1"], []]);
+  plugin.setDevices(healthyDevices(3, "gpu"));
+  await waitUntil(() => agent.logs().filter((record) => record.msg === "device health changed").length === 2, "the second health line", 5000);
+  const up = agent.logs().filter((record) => record.msg === "device health changed")[1]!;
+  assert.deepEqual([up.healthy, up.unhealthy, up.turnedUnhealthy, up.turnedHealthy], [3, 0, [], ["gpu1"]]);
+});

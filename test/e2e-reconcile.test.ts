@@ -40,12 +40,22 @@ test("--reconcile-once that cannot start exits 3, and still prints a JSON object
   assert.deepEqual(Object.keys(answer), ["schema", "ok", "error"]);
   assert.equal(answer.ok, false);
   assert.match(answer.error, /^cannot start: cannot create watch directory \S+\/file\/registry: ENOTDIR/);
-  assert.match(json.stderr, /^edgeplug: cannot start: cannot create watch directory/m);
+  // The policy's logs are JSON (the default): so is every line on stderr, the reason included.
+  const records = json.stderr.trimEnd().split("\n").map((line) => JSON.parse(line) as { level: string; msg: string; error?: string });
+  const reason = records.find((record) => record.msg === "cannot start");
+  assert.equal(reason?.level, "error", json.stderr);
+  assert.match(reason?.error ?? "", /^cannot create watch directory \S+\/file\/registry: ENOTDIR/);
 
   const text = await runEdgeplug(once(policy));
   assert.equal(text.code, 3);
   assert.equal(text.stdout, "");
-  assert.match(text.stderr, /^edgeplug: cannot start: /m);
+  assert.ok(text.stderr.trimEnd().split("\n").every((line) => line.startsWith("{")), text.stderr);
+
+  // With text logs the reason is the plain line.
+  fs.writeFileSync(policy, fs.readFileSync(policy, "utf8") + "log: { format: text }\n");
+  const plain = await runEdgeplug(once(policy));
+  assert.equal(plain.code, 3);
+  assert.match(plain.stderr, /^edgeplug: cannot start: cannot create watch directory/m);
 });
 
 test("--reconcile-once with an invalid policy exits 2, with the errors in JSON for --output json", async (t) => {

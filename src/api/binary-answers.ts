@@ -57,6 +57,8 @@ export function statusResponseView(status: StatusResponse): StatusResponseView {
     checkpoint: status.checkpoint,
     watchLimits: status.watchLimits,
     fleet: status.fleet,
+    version: status.version,
+    commit: status.commit,
   });
 }
 

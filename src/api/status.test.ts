@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import { create, toJson } from "@bufbuild/protobuf";
 import { ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { PluginRecord } from "./plugin-status.ts";
@@ -56,17 +57,18 @@ test("the text table has one row per socket, '-' for what GetInfo has not said, 
   const text = statusToText(buildStatus({ node: "edge-01", plugins: [registered, refused, record({ socket: "/r/new.sock" })] }), now);
   const lines = text.split("\n");
   assert.equal(lines[0], "node edge-01: NOT OK");
-  assert.match(lines[2]!, /^STATE\s+TYPE\s+NAME\s+AGE\s+ATTEMPTS\s+SOCKET\s+ERROR$/);
-  assert.match(lines[3]!, /^registered\s+DevicePlugin\s+acme\.io\/gpu\s+1m15s\s+1\s+\/r\/gpu\.sock$/);
-  assert.match(lines[4]!, /^failed\s+other\.io\/Thing\s+other\.io\/x\s+1m15s\s+2\s+\/r\/x\.sock\s+RegisterPlugin error -- no handler/);
-  assert.match(lines[5]!, /^pending\s+-\s+-\s+1m15s\s+0\s+\/r\/new\.sock$/);
-  assert.equal(statusToText(buildStatus({ node: "n", plugins: [] })), "node n: ok\n\nno plugin sockets found\n");
+  assert.equal(lines[1], `agent edgeplug ${EDGEPLUG_VERSION} (${buildCommit()})`);
+  assert.match(lines[3]!, /^STATE\s+TYPE\s+NAME\s+AGE\s+ATTEMPTS\s+SOCKET\s+ERROR$/);
+  assert.match(lines[4]!, /^registered\s+DevicePlugin\s+acme\.io\/gpu\s+1m15s\s+1\s+\/r\/gpu\.sock$/);
+  assert.match(lines[5]!, /^failed\s+other\.io\/Thing\s+other\.io\/x\s+1m15s\s+2\s+\/r\/x\.sock\s+RegisterPlugin error -- no handler/);
+  assert.match(lines[6]!, /^pending\s+-\s+-\s+1m15s\s+0\s+\/r\/new\.sock$/);
+  assert.equal(statusToText(buildStatus({ node: "n", plugins: [] })), `node n: ok\nagent edgeplug ${EDGEPLUG_VERSION} (${buildCommit()})\n\nno plugin sockets found\n`);
 });
 
 test("names and errors from plugins cannot forge rows or move the cursor in the text table", () => {
   const forged = record({ name: "evil\nregistered  x  y", error: "\u001b[2J\rbell\u0007", state: "failed", reason: "policy" });
   const text = statusToText(buildStatus({ node: "n\u001b[31m", plugins: [forged] }));
-  assert.equal(text.split("\n").length, 5, "node line, blank, header, one row, final newline");
+  assert.equal(text.split("\n").length, 6, "node line, version line, blank, header, one row, final newline");
   assert.doesNotMatch(text, /[\u0000-\u0008\u000b-\u001f\u007f]/);
 });
 

@@ -16,6 +16,7 @@ import type {
 } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema, WatchLimitsStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
+import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import type { FailureReason } from "../pluginmanager/types.ts";
 import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import type { PluginRecord } from "./plugin-status.ts";
@@ -78,6 +79,9 @@ export interface StatusJson {
   checkpoint: CheckpointJson | null;
   /** null while the watcher leaves nothing out (docs/api.md, "What the watcher holds"). */
   watchLimits: WatchLimitsReached | null;
+  /** The agent's version and the commit it was built from. */
+  version: string;
+  commit: string;
 }
 
 /** Converts a plugin manager record to its API message. */
@@ -115,6 +119,8 @@ export function buildStatus(input: {
   const resources = input.resources ?? [];
   const watchLimits = input.watchLimits ? create(WatchLimitsStatusSchema, input.watchLimits) : undefined;
   return create(StatusResponseSchema, {
+    version: EDGEPLUG_VERSION,
+    commit: buildCommit(),
     // A checkpoint that cannot be written refuses every allocation and release: the node is not ok until a write succeeds.
     ok: input.plugins.every((p) => p.state === "registered") && resources.every((r) => r.connected) && !watchLimits && input.checkpoint?.writeError === undefined,
     node: input.node,
@@ -179,12 +185,23 @@ function isPlainObject(value: JsonValue): value is JsonObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/** The agent's version under the verdict, when the status carries one. */
+function versionLines(status: StatusResponse): string[] {
+  return status.version ? [printable(`agent edgeplug ${status.version} (${status.commit || "unknown commit"})`)] : [];
+}
+
 /**
  * A table a person reads at a glance: one row per plugin socket, then
  * resources and allocations when there are any.
  */
 export function statusToText(status: StatusResponse, now: Date = new Date()): string {
-  const lines = [`node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`, ...checkpointLines(status), ...watchLimitsLines(status), ...fleetLinkLines(status, now)];
+  const lines = [
+    `node ${printable(status.node)}: ${status.ok ? "ok" : "NOT OK"}`,
+    ...versionLines(status),
+    ...checkpointLines(status),
+    ...watchLimitsLines(status),
+    ...fleetLinkLines(status, now),
+  ];
   if (status.plugins.length === 0) {
     lines.push("", "no plugin sockets found");
   } else {

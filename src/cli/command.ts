@@ -4,6 +4,8 @@
  * the process exit code; they never call process.exit themselves.
  */
 import type { Logger } from "../log/logger.ts";
+import type { LogFormat } from "../log/logger.ts";
+import { printable } from "../log/printable.ts";
 
 export interface CommandIO {
   stdout: (text: string) => void;
@@ -32,4 +34,15 @@ export const EXIT_CANNOT_START = 3;
 /** Thrown for bad usage and bad policies; main prints the message and exits 2. */
 export class UsageError extends Error {
   override name = "UsageError";
+}
+
+/**
+ * Says on stderr that the agent could not start: with JSON logs (the
+ * policy's `log.format`) a `cannot start` log record like every other line,
+ * so a log shipper never meets a line it cannot parse; with text logs the
+ * plain `edgeplug: cannot start: REASON`.
+ */
+export function reportCannotStart(io: CommandIO, format: LogFormat, reason: string): void {
+  if (format === "json") io.log.error("cannot start", { error: reason });
+  else io.stderr(printable(`edgeplug: cannot start: ${reason}`) + "\n");
 }

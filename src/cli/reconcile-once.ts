@@ -15,7 +15,7 @@ import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type DevicePluginsSeen, type Expectations } from "../api/report.ts";
 import type { ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { buildStatus } from "../api/status.ts";
-import type { Logger } from "../log/logger.ts";
+import type { Logger, LogFormat } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
@@ -23,8 +23,7 @@ import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
 import { messageOf } from "../platform/error-message.ts";
 import type { CommandIO } from "./command.ts";
-import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK } from "./command.ts";
-import { printable } from "../log/printable.ts";
+import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK, reportCannotStart } from "./command.ts";
 import { checkpointStatus } from "../handlers/deviceplugin/device-status.ts";
 import { devicesSettled, nextChange, registrationSocketPlugins, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
 
@@ -53,7 +52,7 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   try {
     deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (endpoint) => csiDra && csiDraEndpointHolder(csiDra, endpoint));
   } catch (error) {
-    return cannotStart(error, io, settings.output);
+    return cannotStart(error, io, settings.output, policy.log.format);
   }
   const { devices } = deviceSide;
   const records = new PluginStatusCache({ log: io.log });
@@ -66,7 +65,7 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   } catch (error) {
     await manager.stop().catch(() => {});
     await deviceSide.stop();
-    return cannotStart(error, io, settings.output);
+    return cannotStart(error, io, settings.output, policy.log.format);
   }
   const signal = AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]);
   const everySocket = !hasExpectations(expectations) || expectations.strict;
@@ -119,9 +118,9 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
 }
 
 /** Exit 3, the reason on stderr, and for scripts (`--output json`) still one JSON object on stdout. */
-function cannotStart(error: unknown, io: CommandIO, output: "text" | "json"): number {
+function cannotStart(error: unknown, io: CommandIO, output: "text" | "json", format: LogFormat): number {
   const reason = messageOf(error);
-  io.stderr(printable(`edgeplug: cannot start: ${reason}`) + "\n");
+  reportCannotStart(io, format, reason);
   if (output === "json") io.stdout(JSON.stringify({ schema: REPORT_SCHEMA, ok: false, error: `cannot start: ${reason}` }, null, 2) + "\n");
   return EXIT_CANNOT_START;
 }

@@ -6,9 +6,9 @@
 import { once } from "node:events";
 import process from "node:process";
 import { EdgeplugAgent } from "../agent.ts";
+import { logDeviceHealth } from "../handlers/deviceplugin/health-log.ts";
 import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
-import { printable } from "../log/printable.ts";
 import { applyDaemonV8Flags } from "../platform/daemon-v8-flags.ts";
 import { serviceNotifier } from "../platform/sd-notify.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
@@ -17,7 +17,8 @@ import type { Policy } from "../policy/types.ts";
 import { messageOf } from "../platform/error-message.ts";
 import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
 import type { Command, CommandIO } from "./command.ts";
-import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
+import { EXIT_FAILURE, EXIT_OK, reportCannotStart, UsageError } from "./command.ts";
+import type { LogFormat } from "../log/logger.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
 import { installLightHeaders } from "./light-headers.ts";
 import { isExtendedResourceName } from "../handlers/deviceplugin/names.ts";
@@ -127,12 +128,13 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
   // Here, once the daemon's modules are loaded and before it allocates: see daemon-v8-flags.ts.
   applyDaemonV8Flags();
   const agent = new EdgeplugAgent({ policy, log: io.log });
+  const stopHealthLog = logDeviceHealth(agent.devices, io.log);
   // Under systemd (Type=notify): READY=1 once every readiness gate of /readyz is done.
   const notifier = serviceNotifier({ env: process.env, log: io.log });
   // SIGHUP re-reads the policy; reloads run one at a time, in arrival order, after the start. The handler
   // is in place before the start, which logs "edgeplug running": a SIGHUP sent on seeing that line (or
   // earlier) is a reload, never Node's default for the signal, which ends the process.
-  const starting = started(() => agent.start(), io);
+  const starting = started(() => agent.start(), io, policy.log.format);
   let reloads = starting.then(() => {});
   const onHangup = () => {
     void notifier?.reloading();
@@ -147,6 +149,7 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
   process.on("SIGHUP", onHangup);
   try {
     if (!(await starting)) {
+      stopHealthLog();
       await notifier?.close(0);
       return EXIT_FAILURE;
     }
@@ -159,6 +162,7 @@ async function runDaemon(policy: Policy, configPath: string | undefined, io: Com
   void notifier?.stopping();
   await reloads;
   await agent.stop();
+  stopHealthLog();
   await notifier?.close(NOTIFY_GRACE_MS);
   return EXIT_OK;
 }
@@ -213,12 +217,12 @@ function expectResourceFlags(values: string[]): Record<string, number> {
 }
 
 /** Runs `start`; when it fails (a socket in use, a directory it cannot create), says why on stderr (exit 1). */
-async function started(start: () => Promise<void>, io: CommandIO): Promise<boolean> {
+async function started(start: () => Promise<void>, io: CommandIO, format: LogFormat): Promise<boolean> {
   try {
     await start();
     return true;
   } catch (error) {
-    io.stderr(printable(`edgeplug: cannot start: ${messageOf(error)}`) + "\n");
+    reportCannotStart(io, format, messageOf(error));
     return false;
   }
 }
