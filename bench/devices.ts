@@ -17,6 +17,11 @@
  * BENCH_DEVICES_BASELINE (another build's executable: its agent runs beside
  * this one, each list and allocation trial alternating between the two, so
  * both meet the same load; the ratios current / baseline are reported).
+ * BENCH_KUBELET_DM: the executable of the kubelet's own device manager
+ * (Kubernetes v1.19's, built with a small control surface, apart from this
+ * repo): the bench then runs the side-by-side workloads of
+ * support/devices-side-by-side.ts on it and on this build, instead of the
+ * above. Without it the report says the comparison was skipped.
  */
 import * as path from "node:path";
 import { requireBinary, shortTempDir } from "../test/support/agent-process.ts";
@@ -27,6 +32,7 @@ import { retried, startDevicesAgent, type DevicesAgent, type EventLog } from "./
 import { measureCheckpointWrites } from "./support/devices-checkpoint.ts";
 import { measureFlood } from "./support/devices-flood.ts";
 import { roundMs, summarize } from "./support/stats.ts";
+import { runSideBySide } from "./support/devices-side-by-side.ts";
 
 const TRIALS = Math.max(3, Number(process.env.BENCH_DEVICES_TRIALS) || 8);
 const ALLOCATIONS = Math.max(50, Number(process.env.BENCH_ALLOCATIONS) || 300);
@@ -35,6 +41,8 @@ const SIZES = [10_000, 100_000];
 const REFLECT_TIMEOUT_MS = 30_000;
 const TICKS_PER_SECOND = clockTicksPerSecond();
 const BASELINE = process.env.BENCH_DEVICES_BASELINE;
+const KUBELET_DM = process.env.BENCH_KUBELET_DM;
+const COMPARISON_SKIPPED = "skipped: BENCH_KUBELET_DM does not name the kubelet device manager's executable";
 
 /** One agent under measurement, with the bench's device plugin registered on it. */
 interface Subject {
@@ -234,6 +242,7 @@ async function startSubject(label: Subject["label"], dir: string, binary?: strin
 
 export async function run(): Promise<object> {
   requireBinary();
+  if (KUBELET_DM) return { kubeletComparison: await runSideBySide(KUBELET_DM) };
   const { dir, cleanup } = shortTempDir("epd-");
   const subjects: Subject[] = [];
   try {
@@ -254,7 +263,7 @@ export async function run(): Promise<object> {
           current: { lists: lists.get("current"), allocation: allocation("current") },
           baseline: { binary: BASELINE, lists: lists.get("baseline"), allocation: allocation("baseline") },
         };
-        return { targets: TARGETS, paired: { ...both, currentOverBaseline: ratios(both.current, both.baseline) }, agentExitCodes: exitCodes };
+        return { targets: TARGETS, paired: { ...both, currentOverBaseline: ratios(both.current, both.baseline) }, agentExitCodes: exitCodes, kubeletComparison: COMPARISON_SKIPPED };
       }
       progress("checkpoint writes with 10,000 devices");
       const checkpoint = await measureCheckpointWrites(path.join(dir, "checkpoint-bench"));
@@ -262,7 +271,7 @@ export async function run(): Promise<object> {
       await untilStatus(current.agent, current.plugin, encodedList(10, "idle-"), 10, "idle-");
       const flood = await measureFlood(current.agent, path.join(dir, "c"));
       const exitCode = await current.agent.stop();
-      return { targets: TARGETS, lists: lists.get("current"), allocation: allocation("current"), checkpoint, flood, agentExitCode: exitCode };
+      return { targets: TARGETS, lists: lists.get("current"), allocation: allocation("current"), checkpoint, flood, agentExitCode: exitCode, kubeletComparison: COMPARISON_SKIPPED };
     } catch (error) {
       for (const { label, agent } of subjects) process.stderr.write(`devices: failed; the ${label} agent's last log lines:\n${agent.process.stderr().slice(-3000)}\n`);
       throw error;

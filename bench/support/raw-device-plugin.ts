@@ -5,6 +5,7 @@
  * when the bytes are written, not when a JavaScript plugin has finished
  * encoding 100,000 devices. It registers on the agent's kubelet.sock.
  */
+import * as net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
@@ -15,6 +16,7 @@ import {
   PreStartContainerResponseSchema,
 } from "../../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { registerDevicePlugin } from "../../test/support/fake-device-plugin.ts";
+import { handOverHttp2 } from "../../src/rpc/authority-rewrite.ts";
 
 const same = (bytes: Buffer) => bytes;
 const method = (name: string, responseStream = false): grpc.MethodDefinition<Buffer, Buffer> => ({
@@ -55,6 +57,12 @@ export async function startRawDevicePlugin(options: {
   initial: Buffer;
   /** false: the caller registers (and times) it itself. */
   register?: boolean;
+  /**
+   * Accept grpc-go < 1.50 clients (the kubelet v1.19's), whose bare-path
+   * `:authority` node:http2 resets: connections are taken by a net.Server and
+   * handed to grpc-js through edgeplug's own authority rewriter when they need it.
+   */
+  acceptAnyAuthority?: boolean;
 }): Promise<RawDevicePlugin> {
   let current = options.initial;
   let allocations = 0;
@@ -79,9 +87,27 @@ export async function startRawDevicePlugin(options: {
     },
     PreStartContainer: (_call: unknown, callback: grpc.sendUnaryData<Buffer>) => callback(null, noAnswer),
   });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-  );
+  let front: net.Server | undefined;
+  const accepted = new Set<net.Socket>();
+  if (options.acceptAnyAuthority) {
+    const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+    front = net.createServer((socket) => {
+      accepted.add(socket);
+      socket.once("close", () => accepted.delete(socket));
+      socket.once("data", (head: Buffer) => {
+        socket.pause();
+        handOverHttp2(socket, head, (connection) => injector.injectConnection(connection));
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      front!.once("error", reject);
+      front!.listen(options.socketPath, () => resolve());
+    });
+  } else {
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
+    );
+  }
   if (options.register !== false) await registerDevicePlugin(options.registrationSocket, { endpoint: options.socketPath.split("/").pop()!, resource_name: options.resource });
   return {
     socketPath: options.socketPath,
@@ -103,6 +129,8 @@ export async function startRawDevicePlugin(options: {
     async stop() {
       for (const stream of streams) stream.end();
       server.forceShutdown();
+      front?.close();
+      for (const socket of accepted) socket.destroy();
     },
   };
 }
