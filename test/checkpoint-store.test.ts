@@ -12,6 +12,7 @@ import { createLogger, type LogFields } from "../src/log/logger.ts";
 import {
   type CheckpointData,
   CheckpointStore,
+  decodeCheckpoint,
   encodeCheckpoint,
   KUBELET_CHECKPOINT_NAME,
 } from "../src/handlers/deviceplugin/checkpoint.ts";
@@ -156,4 +157,58 @@ test("restore removes temporary files a crashed writer left, and keeps those of 
   for (const name of [abandoned, running, unrelated]) fs.writeFileSync(name, "{");
   assert.deepEqual(await new CheckpointStore({ path: file, log: recordingLog().log }).restore(), { kind: "missing" });
   assert.deepEqual(fs.readdirSync(dir).sort(), [path.basename(running), path.basename(unrelated)].sort());
+});
+
+test("the checkpoint is not read through a symbolic link, nor when another user owns it or others may write it; no error quotes the file", async (t) => {
+  const dir = tempDir(t);
+  const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
+  const secret = path.join(dir, "shadow");
+  fs.writeFileSync(secret, "root:$6$s3cr3t:19000:0:99999:7:::\n", { mode: 0o600 });
+  const restore = () => new CheckpointStore({ path: file, log: recordingLog().log }).restore();
+  const refused = async (pattern: RegExp) => {
+    const error: Error = await restore().then(() => assert.fail("restored"), (e: Error) => e);
+    assert.match(error.message, pattern);
+    assert.doesNotMatch(error.message, /s3cr3t|root:/);
+  };
+  fs.symlinkSync(secret, file);
+  await refused(/^cannot read the checkpoint .*: .* is a symbolic link, which the checkpoint may not be \(it is not followed\)$/);
+  assert.ok(fs.lstatSync(file).isSymbolicLink(), "left where it is");
+  fs.rmSync(file);
+  fs.copyFileSync(secret, file);
+  fs.chownSync(file, 65534, 65534);
+  await refused(/is owned by uid 65534, not by root or edgeplug's user/);
+  fs.chownSync(file, process.getuid!(), process.getgid!());
+  fs.chmodSync(file, 0o666);
+  await refused(/has mode 0666: others than its owner may write it/);
+  fs.chmodSync(file, 0o600);
+  // Its own, not writable by others, but not a checkpoint: set aside as corrupt, without quoting it either.
+  const { log, records } = recordingLog();
+  const result = await new CheckpointStore({ path: file, log }).restore();
+  assert.equal(result.kind, "corrupt");
+  assert.doesNotMatch(JSON.stringify(result) + JSON.stringify(records), /s3cr3t|root:/);
+});
+
+test("a directory under a temporary file's name does not stop the start, nor the writes; a directory others may write is warned about", async (t) => {
+  const dir = path.join(tempDir(t), "state");
+  fs.mkdirSync(dir);
+  fs.chmodSync(dir, 0o777);
+  const file = path.join(dir, KUBELET_CHECKPOINT_NAME);
+  const strays = [`.${KUBELET_CHECKPOINT_NAME}.tmp-999999999-1`, `.${KUBELET_CHECKPOINT_NAME}.tmp-${process.pid}-1`].map((name) => path.join(dir, name));
+  for (const stray of strays) fs.mkdirSync(stray);
+  const { log, records } = recordingLog();
+  const store = new CheckpointStore({ path: file, log });
+  assert.deepEqual(await store.restore(), { kind: "missing" });
+  const warnings = records.filter((r) => r["level"] === "warn");
+  assert.deepEqual(
+    warnings.map((r) => [r["msg"], r["path"], r["mode"]]).sort(),
+    [
+      ["something other than a file has a checkpoint temporary file's name; left alone", strays[0], undefined],
+      ["something other than a file has a checkpoint temporary file's name; left alone", strays[1], undefined],
+      ["the checkpoint's directory is writable by others than its owner: they can replace the checkpoint; chmod go-w it", dir, "0777"],
+    ].sort(),
+  );
+  await store.write(devices(2));
+  await store.write(devices(3));
+  assert.equal(decodeCheckpoint(fs.readFileSync(file)).registeredDevices.get("acme.io/gpu")?.length, 3);
+  for (const stray of strays) assert.ok(fs.statSync(stray).isDirectory());
 });

@@ -113,3 +113,27 @@ test("the checkpoint's disk full, then read-only: the agent runs on, refuses wit
   assert.match(verified.stdout, /"second"[\s\S]*"third"|"third"[\s\S]*"second"/);
   assert.equal(agent.child.exitCode, null, "the agent ran on throughout");
 });
+
+test("a checkpoint that is a symbolic link to a secret stops the start without quoting it; a stray temporary directory and a directory others may write do not", async (t) => {
+  const node = deviceNode(t);
+  const checkpoint = path.join(node.pluginsDir, "kubelet_internal_checkpoint");
+  const secret = path.join(node.dir, "shadow");
+  fs.writeFileSync(secret, "root:$6$s3cr3t:19000:0:99999:7:::\n", { mode: 0o600 });
+  fs.mkdirSync(node.pluginsDir);
+  fs.symlinkSync(secret, checkpoint);
+  const refused = await runEdgeplug(["run", "--config", node.policy]);
+  assert.equal(refused.code, 1, refused.stderr);
+  assert.match(refused.stderr, /is a symbolic link, which the checkpoint may not be \(it is not followed\)/);
+  assert.doesNotMatch(refused.stderr + refused.stdout, /s3cr3t|root:/);
+
+  fs.rmSync(checkpoint);
+  fs.mkdirSync(path.join(node.pluginsDir, ".kubelet_internal_checkpoint.tmp-999999999-1"));
+  fs.chmodSync(node.pluginsDir, 0o777);
+  const agent = await startAgent(node);
+  await agent.waitForLog("something other than a file has a checkpoint temporary file's name; left alone");
+  const warned = await agent.waitForLog("the checkpoint's directory is writable by others than its owner: they can replace the checkpoint; chmod go-w it");
+  assert.equal(warned.mode, "0777");
+  startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "1", "--numa-nodes", "0"]);
+  await widgetsReady(node, 1);
+  assert.equal((await allocate(node, "job")).code, 0);
+});

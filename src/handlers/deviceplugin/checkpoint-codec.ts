@@ -78,7 +78,7 @@ export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: Checkpo
   } catch (error) {
     // Whatever the parser did not foresee is still a file that cannot be read: moved aside, never a start that fails forever.
     if (error instanceof CheckpointCorruptError) throw error;
-    throw new CheckpointCorruptError(`the checkpoint cannot be parsed: ${error instanceof Error ? error.message : String(error)}`);
+    throw new CheckpointCorruptError(`the checkpoint cannot be parsed (${error instanceof Error ? error.name : typeof error})`);
   }
   const actual = checksumOf(parsed.data);
   if (parsed.checksum !== BigInt(actual)) {

@@ -47,7 +47,9 @@ export function parseCheckpointFile(bytes: Uint8Array): ParsedCheckpoint {
   try {
     root = JSON.parse(text, keepNumberSource as (key: string, value: unknown) => unknown);
   } catch (error) {
-    throw new CheckpointCorruptError(`not JSON: ${(error as Error).message}`);
+    // V8's message quotes the text around the error; only its position is kept.
+    const position = /at position (\d+)/.exec((error as Error).message)?.[1];
+    throw new CheckpointCorruptError(position === undefined ? "not JSON" : `not JSON (at character ${position})`);
   }
   if (root === null) return { data: { podDeviceEntries: null, registeredDevices: null }, checksum: 0n };
   const top = fields(root, "the file", ["Data", "Checksum"]);
@@ -92,8 +94,9 @@ function readStringMap(value: unknown, where: string): Map<string, string[] | nu
   if (value === null || value === undefined) return null;
   if (!isObject(value)) throw mismatch(where, "an object or null", value);
   const map = new Map<string, string[] | null>();
-  for (const [key, item] of Object.entries(value)) {
-    map.set(wellFormed(key), readStrings(item, `${where}[${JSON.stringify(key)}]`));
+  // Errors name an entry by its place, never by its key: no error quotes the file (it may not be a checkpoint at all).
+  for (const [index, [key, item]] of Object.entries(value).entries()) {
+    map.set(wellFormed(key), readStrings(item, `${where}[key ${index + 1}]`));
   }
   return map;
 }
@@ -111,7 +114,7 @@ function readNumaMap(value: unknown, where: string): Map<number, string[] | null
   for (const [key, item] of Object.entries(value)) {
     const node = GO_INT_KEY.test(key) ? Number(key) : Number.NaN;
     if (!Number.isSafeInteger(node)) {
-      throw new CheckpointCorruptError(`${where}: key ${JSON.stringify(key)} is not a NUMA node number`);
+      throw new CheckpointCorruptError(`${where}: a key is not a NUMA node number`);
     }
     if (map.has(node)) throw new CheckpointCorruptError(`${where}: NUMA node ${node} appears twice`);
     map.set(node === 0 ? 0 : node, readStrings(item, `${where}[${JSON.stringify(key)}]`));
@@ -167,7 +170,7 @@ function readUint64(value: unknown, where: string): bigint {
   if (value === null || value === undefined) return 0n;
   if (!(value instanceof JsonNumber)) throw mismatch(where, "an unsigned integer", value);
   if (!/^(0|[1-9][0-9]*)$/.test(value.source) || BigInt(value.source) > UINT64_MAX) {
-    throw new CheckpointCorruptError(`${where}: ${value.source} is not an unsigned 64-bit integer`);
+    throw new CheckpointCorruptError(`${where}: not an unsigned 64-bit integer`);
   }
   return BigInt(value.source);
 }
@@ -185,7 +188,7 @@ function fields(value: unknown, where: string, declared: readonly string[]): Map
     if (field === undefined) continue;
     const earlier = spelling.get(field);
     if (earlier !== undefined) {
-      throw new CheckpointCorruptError(`${where}: field ${field} is given twice, as ${JSON.stringify(earlier)} and ${JSON.stringify(key)}`);
+      throw new CheckpointCorruptError(`${where}: field ${field} is given twice, spelled two ways`);
     }
     spelling.set(field, key);
     found.set(field, item);
@@ -213,7 +216,7 @@ function mismatch(where: string, expected: string, value: unknown): CheckpointCo
 
 function describe(value: unknown): string {
   if (value === null) return "null";
-  if (value instanceof JsonNumber) return `the number ${value.source}`;
+  if (value instanceof JsonNumber) return "a number";
   if (Array.isArray(value)) return "an array";
   if (typeof value === "object") return "an object";
   if (typeof value === "string") return "a string";

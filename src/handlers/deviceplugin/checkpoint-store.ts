@@ -18,6 +18,7 @@
  * await store.write({ podDeviceEntries: [], registeredDevices: new Map() });
  * ```
  */
+import { randomBytes } from "node:crypto";
 import * as fsCallbacks from "node:fs";
 import * as fs from "node:fs/promises";
 import * as path from "node:path";
@@ -25,7 +26,8 @@ import process from "node:process";
 import { promisify } from "node:util";
 import type { Logger } from "../../log/logger.ts";
 import { type CheckpointData, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint } from "./checkpoint-codec.ts";
-import { moveAside, readCheckpointBytes } from "./checkpoint-files.ts";
+import { moveAside, readCheckpointBytes, removeAbandonedTempFiles, trustedOwners, warnIfWritableByOthers } from "./checkpoint-files.ts";
+import { MAX_CHECKPOINT_BYTES } from "./checkpoint-codec.ts";
 
 export type RestoreResult =
   | { kind: "missing" }
@@ -96,10 +98,11 @@ export class CheckpointStore {
     } catch (error) {
       throw new Error(`cannot create the checkpoint directory ${this.#directory}: ${(error as Error).message}`, { cause: error });
     }
-    await this.#removeAbandonedTempFiles();
+    await warnIfWritableByOthers(this.#directory, this.#log);
+    await removeAbandonedTempFiles(this.#directory, this.#tempPrefix, this.#log);
     let bytes: Uint8Array;
     try {
-      bytes = await readCheckpointBytes(this.path);
+      bytes = await readCheckpointBytes(this.path, MAX_CHECKPOINT_BYTES, { uids: trustedOwners() });
       this.#lastWriteBytes = bytes.length;
       return { kind: "restored", data: decodeCheckpoint(bytes) };
     } catch (error) {
@@ -180,13 +183,14 @@ export class CheckpointStore {
    * after the write ({@link idle} waits for it).
    */
   async #writeAtomically(bytes: Uint8Array): Promise<void> {
-    const temp = path.join(this.#directory, `${this.#tempPrefix}${process.pid}-${++this.#tempSequence}`);
+    let temp = this.#tempName();
     let fd: number;
     try {
       fd = fsCallbacks.openSync(temp, SYNCED_NEW_FILE, FILE_MODE);
     } catch (error) {
-      if (errorCode(error) !== "ENOENT") throw error;
-      await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+      if (errorCode(error) !== "ENOENT" && errorCode(error) !== "EEXIST") throw error;
+      if (errorCode(error) === "ENOENT") await fs.mkdir(this.#directory, { recursive: true, mode: DIRECTORY_MODE });
+      temp = this.#tempName();
       fd = fsCallbacks.openSync(temp, SYNCED_NEW_FILE, FILE_MODE);
     }
     let replaced: number | null = null;
@@ -224,15 +228,14 @@ export class CheckpointStore {
     this.#cleanup = all;
   }
 
-  /** Temporary files of processes that no longer run: a crash between create and rename leaves one. */
-  async #removeAbandonedTempFiles(): Promise<void> {
-    for (const name of await fs.readdir(this.#directory)) {
-      if (!name.startsWith(this.#tempPrefix)) continue;
-      const pid = Number(name.slice(this.#tempPrefix.length).split("-")[0]);
-      if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && isRunning(pid)) continue;
-      await fs.rm(path.join(this.#directory, name), { force: true });
-      this.#log.debug("removed an abandoned checkpoint temporary file", { path: path.join(this.#directory, name) });
-    }
+  /**
+   * A name for the next write's temporary file: the pid (so a later start
+   * knows whether its writer still runs) and a random part, so names made
+   * in advance by someone who can write the directory are never the one
+   * used (O_EXCL would refuse it, and the write would fail).
+   */
+  #tempName(): string {
+    return path.join(this.#directory, `${this.#tempPrefix}${process.pid}-${++this.#tempSequence}-${randomBytes(6).toString("hex")}`);
   }
 }
 
@@ -267,15 +270,6 @@ function openReplaced(file: string): number | null {
     return fsCallbacks.openSync(file, fsCallbacks.constants.O_RDONLY | fsCallbacks.constants.O_NOFOLLOW | fsCallbacks.constants.O_NONBLOCK);
   } catch {
     return null;
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return errorCode(error) === "EPERM";
   }
 }
 

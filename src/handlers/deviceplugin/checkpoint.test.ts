@@ -138,20 +138,23 @@ test("another kind of checkpoint (the CPU manager's) is corrupt, as in the kubel
   assertCorrupt('{"policyName":"none","defaultCpuSet":"0-3","checksum":1353318690}', /checkpoint is corrupted/);
 });
 
-test("a file that is not a checkpoint is refused with the reason and the place", () => {
+test("a file that is not a checkpoint is refused with the reason and the place, never quoting it", () => {
+  for (const secret of ["root:$6$s3cr3t:19000:0:99999:7:::\n", '{"Data":{"RegisteredDevices":{"s3cr3t":"x"}}}', '{"Checksum":"s3cr3t"}', '{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"s3cr3t":[]}}]}}', '{"Checksum":13371337.5}']) {
+    assert.throws(() => decodeCheckpoint(new TextEncoder().encode(secret)), (error: Error) => !/s3cr3t|1337/.test(error.message), secret);
+  }
   assertCorrupt("", /the file is empty/);
   assertCorrupt(new Uint8Array([0x7b, 0xff, 0x7d]), /not UTF-8/);
   assertCorrupt(text(gpuFile).slice(0, 40), /not JSON/);
   assertCorrupt("[]", /the file: expected an object, found an array/);
-  assertCorrupt('{"Data":{"RegisteredDevices":{"a.io/r":"gpu0"}}}', /Data\.RegisteredDevices\["a\.io\/r"\]: expected an array of strings or null, found a string/);
+  assertCorrupt('{"Data":{"RegisteredDevices":{"a.io/r":"gpu0"}}}', /Data\.RegisteredDevices\[key 1\]: expected an array of strings or null, found a string/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"AllocResp":"%%%"}]}}', /Data\.PodDeviceEntries\[0\]\.AllocResp: not standard base64/);
-  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"x":[]}}]}}', /DeviceIDs: key "x" is not a NUMA node number/);
+  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"x":[]}}]}}', /DeviceIDs: a key is not a NUMA node number/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":[],"00":[]}}]}}', /NUMA node 0 appears twice/);
   // What a kubelet up to 1.19 wrote (kubernetes#102880): named, so that whoever finds the file set aside knows why.
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":["gpu0"]}]}}', /DeviceIDs: a list of device ids, as kubelets up to 1\.19 wrote it/);
-  assertCorrupt('{"Data":{"PodDeviceEntries":[{"PodUID":"a","poduid":"b"}]}}', /field PodUID is given twice/);
-  assertCorrupt('{"Data":null,"Checksum":3952659280.0}', /Checksum: 3952659280\.0 is not an unsigned 64-bit integer/);
-  assertCorrupt('{"Data":null,"Checksum":-1}', /Checksum: -1 is not an unsigned 64-bit integer/);
+  assertCorrupt('{"Data":{"PodDeviceEntries":[{"PodUID":"a","poduid":"b"}]}}', /field PodUID is given twice, spelled two ways$/);
+  assertCorrupt('{"Data":null,"Checksum":3952659280.0}', /Checksum: not an unsigned 64-bit integer/);
+  assertCorrupt('{"Data":null,"Checksum":-1}', /Checksum: not an unsigned 64-bit integer/);
   assertCorrupt('{"Data":null,"Checksum":"1"}', /Checksum: expected an unsigned integer, found a string/);
 });
 
