@@ -26,6 +26,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   watcher: () => import("./watcher.ts"),
   targets: () => import("./targets.ts"),
   authority: () => import("./authority.ts"),
+  wear: () => import("./checkpoint-wear.ts"),
 };
 
 async function main(): Promise<number> {

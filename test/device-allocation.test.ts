@@ -245,3 +245,20 @@ test("a caller that gives up frees the queue: its hung plugin call is abandoned,
   assert.equal(other.allocateCalls.length, 1, "the cancelled request never reached its plugin");
   assert.deepEqual([devices.allocations("hung"), devices.allocations("queued")], [[], []]);
 });
+
+test("one resource's large Allocate answers cannot take the checkpoint budget another resource is sure of (2 MiB each)", async (t) => {
+  const devices = newManager(t);
+  const padded = (ids: string[]) => ({ envs: { VISIBLE_DEVICES: ids.join(","), PADDING: "x".repeat(60 * 1024) } });
+  await connected(t, devices, R1, { devices: healthyDevices(600), allocateResponse: padded });
+  await connected(t, devices, R2, { devices: healthyDevices(40), allocateResponse: padded });
+  let refusal: Error | undefined;
+  let granted = 0;
+  while (refusal === undefined && granted < 600) {
+    await devices.allocate(ask(`big-${granted}`, { [R1]: 1 })).then(() => granted++, (error: Error) => (refusal = error));
+  }
+  assert.match(refusal?.message ?? "none", new RegExp(`^the Allocate answers of ${R1} would take \\d+ bytes of the checkpoint, leaving other resources less than their 2097152 bytes each; release some of its owners first$`));
+  assert.ok(granted * 61 * 1024 >= 29 * 1024 * 1024, `${granted} answers: R1 took nearly all the rest of the budget`);
+  // R2's 2 MiB are still there: 33 answers of 61 KiB.
+  for (let i = 0; i < 33; i++) await devices.allocate(ask(`other-${i}`, { [R2]: 1 }));
+  assert.equal(devices.allocations().filter((a) => a.resource === R2).length, 33);
+});

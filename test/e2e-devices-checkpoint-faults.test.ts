@@ -19,6 +19,7 @@ import { runEdgeplug, type AgentProcess } from "./support/agent-process.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { deviceNode, startAgent, statusJson, type DeviceNode } from "./support/device-node.ts";
 import { startExample } from "./support/example-process.ts";
+import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
 import { waitUntil } from "./support/wait.ts";
 
 const WIDGET = "example.io/widget";
@@ -136,4 +137,29 @@ test("a checkpoint that is a symbolic link to a secret stops the start without q
   startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "1", "--numa-nodes", "0"]);
   await widgetsReady(node, 1);
   assert.equal((await allocate(node, "job")).code, 0);
+});
+
+test("a plugin flapping its devices' health costs the checkpoint at most a write per 10 s; an allocation is still written before it is answered", async (t) => {
+  const node = deviceNode(t);
+  await startAgent(node);
+  const devices = healthyDevices(10);
+  const plugin = await startFakeDevicePlugin({ socketPath: path.join(node.pluginsDir, "flapping.sock"), devices });
+  node.after(() => plugin.stop());
+  await registerDevicePlugin(path.join(node.pluginsDir, "kubelet.sock"), { endpoint: "flapping.sock", resource_name: "acme.io/flapping" });
+  const agent = await watchAgent(node, node.apiSocket);
+  await agent.until("10 healthy devices", (view) => view.resources.get("acme.io/flapping")?.healthy.length === 10);
+  const writesBefore = (await statusJson(node.apiSocket)).checkpoint!.writes;
+  const started = performance.now();
+  for (let flap = 1; flap <= 200; flap++) {
+    plugin.setDevices(devices.map((device, index) => (index === 9 && flap % 2 === 1 ? { ...device, health: "Unhealthy" } : device)));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  await agent.until("the last list seen", (view) => view.resources.get("acme.io/flapping")?.healthy.length === 10);
+  const seconds = (performance.now() - started) / 1000;
+  const writes = (await statusJson(node.apiSocket)).checkpoint!.writes - writesBefore;
+  assert.ok(writes <= 1 + Math.floor(seconds / 10), `${writes} checkpoint writes in ${seconds.toFixed(1)} s of flapping`);
+  const granted = await runEdgeplug(["allocate", "--owner", "job", "acme.io/flapping=1", "--api", node.apiSocket]);
+  assert.equal(granted.code, 0, granted.stderr);
+  const verified = await runEdgeplug(["checkpoint", "verify", path.join(node.pluginsDir, "kubelet_internal_checkpoint"), "--output", "json"]);
+  assert.match(verified.stdout, /"job"/, "answered once on disk");
 });

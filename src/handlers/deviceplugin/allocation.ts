@@ -168,15 +168,38 @@ export async function allocate(
       throw new AllocationError(`the device plugin's Allocate answer for ${resource} is ${bytes} bytes, over the limit of ${ALLOCATE_ANSWER_LIMITS.answerBytes}`);
     }
     freshAnswersBytes += bytes;
-    if (pods.allAnswersBytes + freshAnswersBytes > ALLOCATE_ANSWER_LIMITS.allAnswersBytes) {
-      throw new AllocationError(`the checkpoint's Allocate answers would take more than ${ALLOCATE_ANSWER_LIMITS.allAnswersBytes} bytes; release some owners first`);
-    }
+    checkAnswerBudget(resource, bytes, freshAnswersBytes, resources, pods);
     if (endpoint.options?.preStartRequired) await preStart(endpoint, devices, resource, request);
     const entry = { owner: request.owner, container: request.container, resource, byNode: groupByNode(state.devices, devices), response };
     fresh.push(entry);
     granted.push({ owner: request.owner, container: request.container, resource, devices, response });
   }
   return { granted, fresh };
+}
+
+/**
+ * Refuses an answer of `bytes` for `resource` that would take the held
+ * answers past the node-wide budget, or take `resource` past its
+ * guaranteed share where that would eat into another resource's
+ * ({@link ALLOCATE_ANSWER_LIMITS}). `freshBytes` counts this request's
+ * answers so far, this one included.
+ */
+function checkAnswerBudget(resource: string, bytes: number, freshBytes: number, resources: ResourceTable, pods: PodDevices): void {
+  const { allAnswersBytes: budget, guaranteedBytesPerResource: guaranteed } = ALLOCATE_ANSWER_LIMITS;
+  const total = pods.allAnswersBytes + freshBytes;
+  if (total > budget) {
+    throw new AllocationError(`the checkpoint's Allocate answers would take more than ${budget} bytes; release some owners first`);
+  }
+  const own = pods.answersBytesOf(resource) + bytes;
+  if (own <= guaranteed) return;
+  let reserved = 0;
+  for (const state of resources.all()) if (state.name !== resource) reserved += Math.max(0, guaranteed - pods.answersBytesOf(state.name));
+  reserved = Math.min(reserved, budget / 2);
+  if (total + reserved > budget) {
+    throw new AllocationError(
+      `the Allocate answers of ${resource} would take ${own} bytes of the checkpoint, leaving other resources less than their ${guaranteed} bytes each; release some of its owners first`,
+    );
+  }
 }
 
 async function preStart(endpoint: DevicePluginEndpoint, devices: string[], resource: string, request: AllocationRequest): Promise<void> {

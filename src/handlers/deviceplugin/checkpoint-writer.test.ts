@@ -109,7 +109,7 @@ test("flush gives up after its timeout when the disk hangs", async () => {
   writer.stop();
 });
 
-test("a new device list waits up to 100 ms for more; an allocation does not wait", async () => {
+test("device lists alone are paced: the first after 100 ms, then one per 10 s at most; an allocation does not wait and takes them along", async () => {
   const memory = memoryStore();
   const state = { ids: ["a"] };
   const { writer, clock, outcomes, nextOutcome } = writerFor(memory, state);
@@ -121,11 +121,67 @@ test("a new device list waits up to 100 ms for more; an allocation does not wait
   clock.advance(100);
   await outcome;
   assert.deepEqual(memory.written, [["a"]], "one write for the 50 lists");
-  writer.changed(false);
+  await writer.flush(1000);
   state.ids = ["b"];
+  writer.changed(false);
+  clock.advance(9_999);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(memory.written.length, 1, "the next list waits for 10 s after the last write");
   outcome = nextOutcome();
-  writer.changed(true);
+  clock.advance(1);
   await outcome;
-  assert.deepEqual(memory.written, [["a"], ["b"]], "the urgent change takes the pending list along, at once");
+  assert.deepEqual(memory.written, [["a"], ["b"]]);
+  writer.changed(false);
+  state.ids = ["c"];
+  outcome = nextOutcome();
+  const change = writer.changed(true);
+  await outcome;
+  assert.deepEqual(memory.written, [["a"], ["b"], ["c"]], "the urgent change takes the pending list along, at once");
+  assert.equal(await writer.written(change, 1000), null);
   writer.stop();
+});
+
+test("a large file's list-only rewrites are paced to 16 MiB an hour", async () => {
+  const memory = memoryStore();
+  const store = Object.assign(Object.create(null) as object, memory.store, { lastWriteBytes: 8 * 1024 * 1024 });
+  const clock = manualClock();
+  const writes: boolean[] = [];
+  const writer = new CheckpointWriter({
+    store: store as typeof memory.store,
+    snapshot: () => ({ podDeviceEntries: [], registeredDevices: new Map() }),
+    log: createLogger({ level: "error", write: () => {} }),
+    clock,
+    observe: ({ ok }) => void writes.push(ok),
+  });
+  writer.enable();
+  writer.changed(false);
+  clock.advance(100);
+  await writer.flush(1000);
+  assert.equal(writes.length, 1);
+  writer.changed(false);
+  clock.advance(30 * 60 * 1000 - 1);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(writes.length, 1, "8 MiB: one list-only write per half hour");
+  clock.advance(1);
+  await writer.flush(1000);
+  assert.equal(writes.length, 2);
+  writer.stop();
+});
+
+test("written() tells each change's own write: a later change does not fail it, the failure of the write that held it does", async () => {
+  const memory = memoryStore();
+  const state = { ids: ["a"] };
+  const { writer } = writerFor(memory, state);
+  writer.enable();
+  const first = writer.changed();
+  const written = writer.written(first, 1000);
+  writer.changed(false);
+  assert.equal(await written, null, "on disk, though another change came since");
+  memory.fail("EROFS: read-only file system");
+  const second = writer.changed();
+  assert.equal(await writer.written(second, 1000), "EROFS: read-only file system");
+  memory.hang();
+  const third = writer.changed();
+  writer.stop();
+  assert.equal(await writer.written(third, 1000), "the agent is stopping");
 });

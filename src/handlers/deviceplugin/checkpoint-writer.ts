@@ -44,8 +44,20 @@ export interface CheckpointWriterOptions {
   observe?: (outcome: CheckpointWriteOutcome) => void;
 }
 
-/** How long a new device list (or a release) waits for more before it is written. */
+/** How long a new device list waits for more before it is written, at the least. */
 export const LIST_WRITE_DELAY_MS = 100;
+/**
+ * Rewrites for device lists alone (health, plugins coming and going) come
+ * at most once per LIST_WRITE_INTERVAL_MS, and further apart for a large
+ * file, so that they put at most LIST_WRITE_BYTES_PER_HOUR on disk: a
+ * flapping plugin must not wear an edge node's flash. Allocations and
+ * releases are written at once (they wait for their write) and take every
+ * pending list along. What a crash loses meanwhile is the lists' latest
+ * healthy ids, which after a restart only decide which resources come back
+ * disconnected for the grace period: their plugins send fresh lists.
+ */
+export const LIST_WRITE_INTERVAL_MS = 10_000;
+export const LIST_WRITE_BYTES_PER_HOUR = 16 * 1024 * 1024;
 const RETRY_INITIAL_MS = 1000;
 const RETRY_MAX_MS = 60_000;
 
@@ -73,6 +85,11 @@ export class CheckpointWriter {
   #changes = 0;
   /** Callers waiting for a write holding their change, oldest first. */
   #waiters: ChangeWaiter[] = [];
+  /** The last change a successful write took along; and the last one a failed write did, with its error. */
+  #writtenUpTo = 0;
+  #failedUpTo: { change: number; error: string } = { change: 0, error: "" };
+  /** When the last write ended (the clock's time), from which list-only writes are paced. */
+  #lastWriteEndedAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: CheckpointWriterOptions) {
     this.#options = options;
@@ -86,9 +103,9 @@ export class CheckpointWriter {
 
   /**
    * The device state changed: it will be written at once, or, for a new
-   * device list or a release (`soon` false), within {@link LIST_WRITE_DELAY_MS},
-   * so that a plugin sending lists back to back costs a few writes a second
-   * and its encoding does not hold the event loop for every message.
+   * device list (`soon` false), paced ({@link LIST_WRITE_INTERVAL_MS}), so
+   * that a plugin sending lists back to back costs a write every 10 s at
+   * most and its encoding does not hold the event loop for every message.
    */
   changed(soon = true): number {
     this.#dirty = true;
@@ -96,7 +113,7 @@ export class CheckpointWriter {
     if (soon) this.#urgent = true;
     if (!this.#enabled || this.#stopped || this.#running !== null) return change;
     if (soon) this.#start();
-    else this.#later(LIST_WRITE_DELAY_MS);
+    else this.#later(this.#listWriteDelay());
     return change;
   }
 
@@ -108,7 +125,8 @@ export class CheckpointWriter {
    * at the timeout may yet put the change on disk.
    */
   written(change: number, timeoutMs: number): Promise<WriteOutcome> {
-    if (change <= 0) return Promise.resolve(null);
+    if (change <= this.#writtenUpTo) return Promise.resolve(null);
+    if (change <= this.#failedUpTo.change) return Promise.resolve(this.#failedUpTo.error);
     if (this.#stopped) return Promise.resolve("the agent is stopping");
     return new Promise<WriteOutcome>((resolve) => {
       const cancelTimer = this.#options.clock.setTimer(() => settle(`the checkpoint was not written within ${timeoutMs / 1000} s`), timeoutMs);
@@ -161,6 +179,8 @@ export class CheckpointWriter {
 
   /** Tells the waiters whose changes the write that covered up to `upTo` took along. */
   #settle(upTo: number, outcome: WriteOutcome): void {
+    if (outcome === null) this.#writtenUpTo = upTo;
+    else this.#failedUpTo = { change: upTo, error: outcome };
     for (const waiter of this.#waiters.filter((w) => w.change <= upTo)) waiter.settle(outcome);
   }
 
@@ -174,14 +194,15 @@ export class CheckpointWriter {
       // even after a failure, so a disk that was freed meanwhile takes it; otherwise a pending retry decides.
       if (!this.#dirty || this.#stopped) return;
       if (this.#urgent) this.#start();
-      else if (this.#cancelTimer === null) this.#later(LIST_WRITE_DELAY_MS);
+      else if (this.#cancelTimer === null) this.#later(this.#listWriteDelay());
     });
   }
 
   async #drain(): Promise<void> {
     // The changes of the current turn of the event loop join this write.
     await new Promise((resolve) => setImmediate(resolve));
-    while (this.#dirty) {
+    // Changes made during a write are written straight after it only if one of them is urgent; device lists wait for their pace.
+    for (let first = true; this.#dirty && (first || this.#urgent); first = false) {
       this.#dirty = false;
       this.#urgent = false;
       const upTo = this.#changes;
@@ -198,7 +219,15 @@ export class CheckpointWriter {
     }
   }
 
+  /** How long list-only changes wait from now: until the pace allows the next write, 100 ms at the least. */
+  #listWriteDelay(): number {
+    const bytes = this.#options.store.lastWriteBytes ?? 0;
+    const interval = Math.max(LIST_WRITE_INTERVAL_MS, Math.ceil((bytes * 3_600_000) / LIST_WRITE_BYTES_PER_HOUR));
+    return Math.max(LIST_WRITE_DELAY_MS, this.#lastWriteEndedAt + interval - this.#options.clock.now());
+  }
+
   #succeeded(seconds: number): void {
+    this.#lastWriteEndedAt = this.#options.clock.now();
     const { stats } = this;
     stats.writes++;
     stats.lastWriteAt = new Date();
@@ -209,6 +238,7 @@ export class CheckpointWriter {
   }
 
   #failed(error: unknown, seconds: number): void {
+    this.#lastWriteEndedAt = this.#options.clock.now();
     const { stats } = this;
     const message = messageOf(error);
     const fields = { error: message, retryInMs: this.#retryMs };

@@ -86,7 +86,8 @@ export class PluginConnections {
 
   #disconnect(endpoint: DevicePluginEndpoint): void {
     this.close(endpoint);
-    if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(true);
+    // Paced like a device list: a plugin coming and going changes only the healthy ids in the file.
+    if (this.#options.resources.detach(endpoint)) this.#options.checkpointChanged(false);
   }
 
   /** Closes `endpoint` without telling anyone: its plugin was replaced, deregistered, or the agent is stopping. */
@@ -137,7 +138,7 @@ export class PluginConnections {
       this.close(endpoint);
       if (!this.#options.resources.detach(endpoint)) return;
       this.#options.log.warn("device plugin disconnected", { resource: endpoint.resource, socket: endpoint.socket, reason });
-      this.#options.checkpointChanged(true);
+      this.#options.checkpointChanged(false);
       onLost?.(reason);
     },
   };

@@ -12,8 +12,15 @@ import { CheckpointWriter, type CheckpointWriteOutcome, type WriteOutcome } from
 import type { CheckpointData, DeviceStateStore, RestoreResult } from "./pod-devices.ts";
 import type { CheckpointState } from "./types.ts";
 
-/** How long stop() waits for the last checkpoint write, inside the 2 s to exit on SIGTERM. */
-const STOP_FLUSH_MS = 1000;
+/**
+ * How long stop() waits for the last checkpoint write: 1 s, and 1 s more
+ * per 8 MiB of file, at most 5 s (inside systemd's TimeoutStopSec=10s). Only
+ * paced device-list changes can be pending then (allocations and releases
+ * are on disk when answered), so a file under 8 MiB keeps the 2 s to exit.
+ */
+const STOP_FLUSH_BASE_MS = 1000;
+const STOP_FLUSH_PER_8_MIB_MS = 1000;
+const STOP_FLUSH_MAX_MS = 5000;
 const MIB = 1024 * 1024;
 const WRITE_WAIT_BASE_MS = 5000;
 const WRITE_WAIT_PER_MIB_MS = 1000;
@@ -100,14 +107,15 @@ export class DeviceCheckpoint {
     return { restore: this.#result, writes };
   }
 
-  /** Lets waiting plugins go (they find the manager stopping), writes the last changes within a second, stops retrying. */
+  /** Lets waiting plugins go (they find the manager stopping), writes the last changes within the stop's bound, stops retrying. */
   async stop(): Promise<void> {
     this.#markRestored();
     if (!this.#writer) return;
-    const written = await this.#writer.flush(STOP_FLUSH_MS);
+    const stopFlushMs = Math.min(STOP_FLUSH_MAX_MS, STOP_FLUSH_BASE_MS + Math.floor((this.#store?.lastWriteBytes ?? 0) / (8 * MIB)) * STOP_FLUSH_PER_8_MIB_MS);
+    const written = await this.#writer.flush(stopFlushMs);
     this.#writer.stop();
     if (!written) {
-      this.#log.error("stopping with the last device changes not in the checkpoint", { error: this.#writer.stats.lastError ?? `not written within ${STOP_FLUSH_MS} ms` });
+      this.#log.error("stopping with the last device changes not in the checkpoint", { error: this.#writer.stats.lastError ?? `not written within ${stopFlushMs} ms` });
     }
   }
 }

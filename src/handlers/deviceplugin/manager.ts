@@ -58,7 +58,7 @@ export class DeviceManager {
       changed: ({ resource, removed, connection }) => {
         if (removed) {
           this.#log.info("resource removed after its grace period", { resource });
-          this.#checkpointChanged();
+          this.#checkpoint.changed(false);
         }
         this.#events.resourceChanged(resource, removed, connection);
       },

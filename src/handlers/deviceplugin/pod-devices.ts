@@ -54,19 +54,43 @@ export interface ContainerDevices {
  * are written in base64): one answer (real ones take a few KiB: env, mounts,
  * CDI names), and all answers together.
  */
-export const ALLOCATE_ANSWER_LIMITS = { answerBytes: 64 * 1024, allAnswersBytes: 32 * 1024 * 1024 } as const;
+export const ALLOCATE_ANSWER_LIMITS = {
+  answerBytes: 64 * 1024,
+  allAnswersBytes: 32 * 1024 * 1024,
+  /**
+   * What each resource is sure to find of allAnswersBytes, however much
+   * other resources' answers take: a resource takes more only from what
+   * is left once the other resources' unused guarantees are set aside
+   * (at most half of the whole, so a node with hundreds of resources
+   * still lets one grow).
+   */
+  guaranteedBytesPerResource: 2 * 1024 * 1024,
+} as const;
 
 export class PodDevices {
   /** owner -> "container\0resource" -> devices; insertion order is the checkpoint's order. */
   readonly #owners = new Map<string, Map<string, ContainerDevices>>();
   readonly #answerBytes = new WeakMap<ContainerDevices, number>();
   #allAnswersBytes = 0;
+  readonly #answersBytesByResource = new Map<string, number>();
   /** Owners whose release is on its way to disk: left out of the checkpoint, their devices still held. */
   readonly #releasing = new Set<string>();
 
   /** The encoded size of every held Allocate answer, which {@link ALLOCATE_ANSWER_LIMITS} bounds. */
   get allAnswersBytes(): number {
     return this.#allAnswersBytes;
+  }
+
+  /** The encoded size of the Allocate answers held for `resource`. */
+  answersBytesOf(resource: string): number {
+    return this.#answersBytesByResource.get(resource) ?? 0;
+  }
+
+  #countAnswer(entry: ContainerDevices, bytes: number): void {
+    this.#allAnswersBytes += bytes;
+    const left = (this.#answersBytesByResource.get(entry.resource) ?? 0) + bytes;
+    if (left === 0) this.#answersBytesByResource.delete(entry.resource);
+    else this.#answersBytesByResource.set(entry.resource, left);
   }
 
   get(owner: string, container: string, resource: string): ContainerDevices | undefined {
@@ -77,11 +101,11 @@ export class PodDevices {
     let containers = this.#owners.get(entry.owner);
     if (!containers) this.#owners.set(entry.owner, (containers = new Map()));
     const replaced = containers.get(key(entry.container, entry.resource));
-    if (replaced) this.#allAnswersBytes -= this.#answerBytes.get(replaced) ?? 0;
+    if (replaced) this.#countAnswer(replaced, -(this.#answerBytes.get(replaced) ?? 0));
     containers.set(key(entry.container, entry.resource), entry);
     const bytes = answerBytes(entry.response);
     this.#answerBytes.set(entry, bytes);
-    this.#allAnswersBytes += bytes;
+    this.#countAnswer(entry, bytes);
   }
 
   /** Leaves `owner` out of the checkpoint's entries from now on (its release is being written); its devices stay held. */
@@ -105,7 +129,7 @@ export class PodDevices {
     if (containers?.get(k) !== entry) return false;
     containers.delete(k);
     if (containers.size === 0) this.#owners.delete(entry.owner);
-    this.#allAnswersBytes -= this.#answerBytes.get(entry) ?? 0;
+    this.#countAnswer(entry, -(this.#answerBytes.get(entry) ?? 0));
     return true;
   }
 
@@ -113,7 +137,7 @@ export class PodDevices {
   release(owner: string): ContainerDevices[] {
     const entries = [...(this.#owners.get(owner)?.values() ?? [])];
     this.#owners.delete(owner);
-    for (const entry of entries) this.#allAnswersBytes -= this.#answerBytes.get(entry) ?? 0;
+    for (const entry of entries) this.#countAnswer(entry, -(this.#answerBytes.get(entry) ?? 0));
     return entries;
   }
 
