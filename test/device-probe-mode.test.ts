@@ -40,7 +40,9 @@ test("probe mode: a second socket with the same devices keeps them, a third with
   await waitForDeviceState(agent.devices, "1/1", () => agent.devices.resource(R)?.capacity === 1);
   assert.deepEqual(counts(), [1, 1]);
   assert.deepEqual(agent.devices.resource(R)?.healthy, ["other"]);
-  assert.equal(agent.pluginStatus.plugins().filter((p) => p.state === "registered").length, 3);
+  // The third list can arrive before its registration is recorded (NotifyRegistrationStatus comes after ListAndWatch opens).
+  const settled = await agent.pluginStatus.whenSettled({ signal: AbortSignal.timeout(5000), predicate: (plugins) => plugins.filter((p) => p.state === "registered").length === 3 });
+  assert.ok(settled, `three registered plugins: ${JSON.stringify(agent.pluginStatus.plugins().map((p) => p.state))}`);
   assert.equal(second.streams(), 1, "the earlier instances stay connected");
 
   await Promise.all([agent.stop(), agent.stop()]);
