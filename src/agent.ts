@@ -11,6 +11,7 @@ import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/age
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
 import { authorityReporter } from "./rpc/authority.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
+import type { UnixServer } from "./rpc/unix-server.ts";
 import { EventStream } from "./api/event-stream.ts";
 import { createHealth, type Health } from "./api/health.ts";
 import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint, type SocketSample } from "./api/metrics.ts";
@@ -22,7 +23,8 @@ import { CheckpointStore } from "./handlers/deviceplugin/checkpoint.ts";
 import { checkpointStatus } from "./handlers/deviceplugin/device-status.ts";
 import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "./handlers/csi-dra.ts";
 import { endpointRules } from "./handlers/endpoint-rules.ts";
-import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
+import type { RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
+import { keeping, keepPodResourcesSocket, keepRegistrationSocket, type AgentSocketDeps } from "./agent-sockets.ts";
 import type { Logger } from "./log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
 import { logDescriptorLimit } from "./platform/fd-limit.ts";
@@ -57,6 +59,7 @@ const RESTART_SETTINGS: ReadonlyArray<[string, (policy: Policy) => unknown]> = [
   ["api.socketGroup", (policy) => policy.api.socketGroup],
   ["api.metrics", (policy) => policy.api.metrics],
   ["checkpoint.path", (policy) => policy.checkpoint.path],
+  ["podResources.socket", (policy) => policy.podResources.socket],
   ["devicePlugins.registrationSocket", (policy) => policy.devicePlugins.registrationSocket],
 ];
 
@@ -77,6 +80,7 @@ export class EdgeplugAgent {
   #api: SocketKeeper<ApiSocketServer> | null = null;
   #metricsEndpoint: MetricsEndpoint | null = null;
   #registrationServer: SocketKeeper<RegistrationServer> | null = null;
+  #podResources: SocketKeeper<UnixServer> | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
@@ -147,7 +151,7 @@ export class EdgeplugAgent {
       if (api.socket !== null) {
         const socketPath = api.socket;
         this.#api = await SocketKeeper.start({
-          ...this.#keeping("api socket", socketPath),
+          ...keeping(this.#socketDeps(), "api socket", socketPath),
           serve: () =>
             serveApiSocket({
               socketPath,
@@ -171,25 +175,13 @@ export class EdgeplugAgent {
           onLimit: (action) => this.metrics?.observeLimit("metrics", action),
         });
       }
-      const { registrationSocket } = this.#policy.devicePlugins;
-      if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) {
-        const slots = { limit: () => this.#policy.security.maxPlugins, heldElsewhere: () => this.manager.slotsHeld };
-        this.#registrationServer = await SocketKeeper.start({
-          ...this.#keeping("device plugin registration socket", registrationSocket),
-          serve: () =>
-            serveRegistration({
-              socketPath: registrationSocket,
-              manager: this.devices,
-              log: this.#log,
-              slots,
-              onAuthorityReplaced: authorityReporter(this.#log, "registration", () => this.metrics?.observeAuthorityReplaced("registration")),
-            }),
-        });
-      }
+      this.#registrationServer = await keepRegistrationSocket(this.#socketDeps(), () => this.manager.slotsHeld);
       // After the sockets are claimed (a live agent beside this one keeps its checkpoint untouched), before any plugin connects.
       const restored = await this.devices.restore();
       this.metrics?.observeCheckpointRestore(restored.kind);
       this.health.markDone(GATE_CHECKPOINT);
+      // After the restore, so that a monitoring agent never reads an empty list of restored allocations.
+      this.#podResources = await keepPodResourcesSocket(this.#socketDeps());
       await this.manager.start();
       this.#liveness.start();
     } catch (error) {
@@ -204,6 +196,7 @@ export class EdgeplugAgent {
       node: this.#policy.nodeName,
       policy: this.#policy.source,
       api: api.socket,
+      podResources: this.#policy.podResources.socket,
       metrics: this.#metricsEndpoint?.url ?? null,
       watch: this.#policy.watch.map((dir) => dir.path),
     });
@@ -213,12 +206,12 @@ export class EdgeplugAgent {
     const samples: SocketSample[] = [];
     if (this.#api) samples.push({ socket: "api", serving: this.#api.serving });
     if (this.#registrationServer) samples.push({ socket: "registration", serving: this.#registrationServer.serving });
+    if (this.#podResources) samples.push({ socket: "pod-resources", serving: this.#podResources.serving });
     return samples;
   }
 
-  /** A listening socket removed while running is served again, checked each resync (socket-keeper.ts). */
-  #keeping(what: string, socketPath: string) {
-    return { socketPath, what, log: this.#log, checkIntervalMs: () => this.#policy.reconcile.resyncMs };
+  #socketDeps(): AgentSocketDeps {
+    return { policy: () => this.#policy, log: this.#log, devices: this.devices, metrics: this.metrics };
   }
 
   /** Where /metrics, /healthz and /readyz are served (the bound port), or null. */
@@ -249,6 +242,7 @@ export class EdgeplugAgent {
       ...next,
       api: previous.api,
       checkpoint: previous.checkpoint,
+      podResources: previous.podResources,
       devicePlugins: { ...next.devicePlugins, registrationSocket: previous.devicePlugins.registrationSocket },
     };
     this.#log.configure(effective.log);
@@ -272,7 +266,7 @@ export class EdgeplugAgent {
     this.#stopped ??= (async () => {
       this.events.close();
       this.#liveness.stop();
-      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.manager.stop(), this.#fleet.stop()]);
+      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.#podResources?.close(), this.manager.stop(), this.#fleet.stop()]);
       await Promise.all([this.devices.stop(), this.#csiDra.dra.close()]);
       this.metrics?.close();
     })();

@@ -131,7 +131,7 @@ test("a kubelet's device-plugin registration server is named as a kubelet", asyn
   ]);
   const error = await refusal(socketPath, "kubelet-registration");
   assert.ok(error instanceof SocketInUseError);
-  assert.equal(error.holder, "a kubelet (it serves v1beta1.Registration)");
+  assert.equal(error.holder, "a kubelet or another edgeplug (it serves v1beta1.Registration)");
   assert.match(error.message, /devicePlugins\.registrationSocket/);
 });
 
@@ -142,7 +142,7 @@ test("a kubelet's pod-resources socket is named as a kubelet", async (t) => {
   ]);
   const error = await refusal(socketPath);
   assert.ok(error instanceof SocketInUseError);
-  assert.equal(error.holder, "a kubelet (it serves v1.PodResourcesLister)");
+  assert.equal(error.holder, "a kubelet or another edgeplug (it serves v1.PodResourcesLister)");
 });
 
 test("another gRPC server is named as neither edgeplug nor a kubelet", async (t) => {

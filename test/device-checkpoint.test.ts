@@ -148,6 +148,7 @@ test("edgeplug run exits 1 when the checkpoint directory cannot be created", asy
       "watch:",
       `  - path: ${path.join(dir, "registry")}`,
       "devicePlugins: { registrationSocket: null }",
+      "podResources: { socket: null }",
       `checkpoint: { path: ${path.join(dir, "a-file", "kubelet_internal_checkpoint")} }`,
       `api: { socket: ${path.join(dir, "api.sock")}, metrics: null }`,
       "",

@@ -46,6 +46,7 @@ function writeBarePolicy(dir: string, apiSocket: string | null): string {
       "watch:",
       `  - path: ${dir}/registry`,
       "devicePlugins: { registrationSocket: null }",
+      "podResources: { socket: null }",
       `checkpoint: { path: ${dir}/state/checkpoint }`,
       `api: { socket: ${apiSocket ?? "null"}, metrics: null }`,
       "",

@@ -56,8 +56,11 @@ test("after the agent restarts, allocations are still there and both plugins are
   );
   const after = await statusJson(node.apiSocket);
   assert.deepEqual(after.allocations, before);
-  const lister = podResourcesClient(node, node.apiSocket);
-  assert.deepEqual(podRows((await lister.list()).pod_resources).map(([name, , containers]) => [name, containers.map(([c]) => c)]), [["job-1", ["main"]], ["job-2", ["side"]]]);
+  // Restored allocations on the API socket and on the kubelet's pod-resources path alike.
+  for (const socket of [node.apiSocket, node.podResourcesSocket]) {
+    const lister = podResourcesClient(node, socket);
+    assert.deepEqual(podRows((await lister.list()).pod_resources).map(([name, , containers]) => [name, containers.map(([c]) => c)]), [["job-1", ["main"]], ["job-2", ["side"]]], socket);
+  }
 
   // Devices held before the restart stay held: a new request gets the others.
   const more = await runEdgeplug(["allocate", "--owner", "job-3", `${WIDGET}=2`, "--api", node.apiSocket, "--output", "json"]);

@@ -43,6 +43,7 @@ function writePolicy(dir: string) {
       "handlers:",
       "  acme.io/Sensor: { kind: generic, versions: [v1] }",
       "devicePlugins: { registrationSocket: null }",
+      "podResources: { socket: null }",
       `checkpoint: { path: ${path.join(dir, "state", "checkpoint")} }`,
       `api: { socket: ${apiSocket}, metrics: null }`,
       "log: { level: info, format: json }",

@@ -63,6 +63,7 @@ function agentPolicy(dir: string): { policy: string; apiSocket: string } {
   fs.writeFileSync(
     policy,
     `version: 1\nwatch:\n  - path: ${dir}/registry\ndevicePlugins: { registrationSocket: null }\n` +
+      "podResources: { socket: null }\n" +
       `checkpoint: { path: ${dir}/state/checkpoint }\napi: { socket: ${apiSocket}, metrics: null }\n`,
   );
   return { policy, apiSocket };

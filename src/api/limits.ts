@@ -84,6 +84,29 @@ export const REGISTRATION_SOCKET_LIMITS: ListenerLimits = {
   maxRequestBodyBytes: 64 * 1024,
 };
 
+/**
+ * The pod-resources socket (podResources.socket): monitoring agents call
+ * List, Get or GetAllocatableResources now and then. A request is at most a
+ * pod name and a namespace; the kubelet takes up to grpc-go's default 4 MiB
+ * per message, which no valid request comes near, so the bound here is the
+ * registration socket's.
+ */
+export const POD_RESOURCES_SOCKET_LIMITS: ListenerLimits = {
+  maxConnections: 64,
+  idleTimeoutMs: 10_000,
+  requestBodyTimeoutMs: 10_000,
+  maxRequestBodyBytes: 64 * 1024,
+};
+
+/**
+ * The kubelet's pod-resources rate limit (DefaultQPS 100, DefaultBurstTokens
+ * 10), one bucket for the whole socket as the kubelet keeps it; a refused
+ * call gets ResourceExhausted with POD_RESOURCES_RATE_LIMITED.
+ */
+export const POD_RESOURCES_RATE_LIMIT: RateLimit = { perSecond: 100, burst: 10 };
+/** The kubelet's words for a call over its rate limit. */
+export const POD_RESOURCES_RATE_LIMITED = "rejected by rate limit";
+
 /** The kubelet's pod-resources limit (100 qps, burst 10), per connection; ten times that for the whole socket. */
 export const API_RATE_LIMITS: ApiRateLimits = {
   perConnection: { perSecond: 100, burst: 10 },

@@ -40,7 +40,7 @@ export interface BuildInfo {
 }
 
 /** A listener that enforces limits: the API socket or the metrics endpoint. */
-export type LimitedListener = "api" | "metrics";
+export type LimitedListener = "api" | "metrics" | "pod-resources";
 
 export const REGISTRATION_RESULTS = ["success", "failure"] as const;
 export type RegistrationResult = (typeof REGISTRATION_RESULTS)[number];
@@ -71,7 +71,7 @@ export interface AgentMetrics {
   /** Counts a connection or request that `listener`'s limits refused or ended, by `action` (a fixed word). */
   observeLimit(listener: LimitedListener, action: string): void;
   /** Counts one request on `listener` whose `:authority` or `Host` was no host and that was served as `localhost`. */
-  observeAuthorityReplaced(listener: "api" | "registration"): void;
+  observeAuthorityReplaced(listener: "api" | "registration" | "pod-resources"): void;
   /** Drops every metric from the registry. */
   close(): void;
 }

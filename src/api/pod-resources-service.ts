@@ -1,7 +1,7 @@
 /**
- * The kubelet's pod-resources API (v1.PodResourcesLister) on the API socket,
- * so that monitoring agents written for the kubelet read edgeplug's devices
- * unchanged. Each owner of an allocation is a pod named after the owner in
+ * The kubelet's pod-resources API (v1.PodResourcesLister) on the API socket
+ * and on the kubelet's own path (pod-resources-socket.ts), so that monitoring
+ * agents written for the kubelet read edgeplug's devices unchanged. Each owner of an allocation is a pod named after the owner in
  * namespace `edgeplug`, with one container per `--container` it was given.
  *
  * Devices are listed the way the kubelet's server lists them: one
@@ -46,16 +46,22 @@ export interface PodResourcesSource {
   resourceStates(): ReadonlyArray<{ name: string; devices: DeviceColumns }>;
 }
 
-/** Registers v1.PodResourcesLister answered from `devices`. */
-export function podResourcesRoutes(devices: PodResourcesSource): (router: ConnectRouter) => void {
+/**
+ * Registers v1.PodResourcesLister answered from `devices`. `admit` runs first
+ * in every call and throws to refuse it (the kubelet's socket has a rate limit).
+ */
+export function podResourcesRoutes(devices: PodResourcesSource, admit: () => void = () => {}): (router: ConnectRouter) => void {
   return (router) =>
     router.service(PodResourcesLister, {
-      list: () =>
-        create(ListPodResourcesResponseSchema, {
+      list: () => {
+        admit();
+        return create(ListPodResourcesResponseSchema, {
           podResources: devices.pods.owners().map((owner) => podOf(devices, owner)),
-        }),
-      getAllocatableResources: () =>
-        create(AllocatableResourcesResponseSchema, {
+        });
+      },
+      getAllocatableResources: () => {
+        admit();
+        return create(AllocatableResourcesResponseSchema, {
           // The kubelet's GetAllocatableDevices: every healthy device (a resource without its plugin has none).
           devices: [...devices.resourceStates()]
             .sort((a, b) => compare(a.name, b.name))
@@ -66,8 +72,10 @@ export function podResourcesRoutes(devices: PodResourcesSource): (router: Connec
                 .sort((a, b) => compare(list.ids[a]!, list.ids[b]!))
                 .flatMap((index) => deviceEntries(name, list.ids[index]!, list.nodesAt(index))),
             ),
-        }),
+        });
+      },
       get: (request) => {
+        admit();
         const known = request.podNamespace === POD_NAMESPACE && devices.pods.ownerEntries(request.podName).length > 0;
         // The kubelet's words, returned as a plain error (gRPC code Unknown), so clients that match on it work unchanged.
         if (!known) throw new ConnectError(`pod ${request.podName} in namespace ${request.podNamespace} not found`, Code.Unknown);

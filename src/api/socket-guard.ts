@@ -24,7 +24,7 @@ import type { Logger } from "../log/logger.ts";
 import { messageOf } from "../platform/error-message.ts";
 
 /** Which of edgeplug's sockets is being claimed; it decides the hint in the error. */
-export type SocketRole = "edgeplug-api" | "kubelet-registration";
+export type SocketRole = "edgeplug-api" | "kubelet-registration" | "kubelet-pod-resources";
 
 export interface ClaimOptions {
   expect: SocketRole;
@@ -53,6 +53,7 @@ const hints: Record<SocketRole, string> = {
   "edgeplug-api": "stop it or set api.socket to another path (null disables the API)",
   "kubelet-registration":
     "stop it or set devicePlugins.registrationSocket to another path (null disables it)",
+  "kubelet-pod-resources": "stop it or set podResources.socket to another path (null disables it)",
 };
 
 /**
@@ -143,7 +144,7 @@ async function identifyHolder(socketPath: string, timeoutMs: number): Promise<st
   ] as const) {
     const result = await probe(socketPath, service, method, timeoutMs);
     if (result.kind === "answered" || result.kind === "status") {
-      return `a kubelet (it serves ${service.typeName})`;
+      return `a kubelet or another edgeplug (it serves ${service.typeName})`;
     }
   }
   return "a gRPC server that is neither edgeplug nor a kubelet";
@@ -172,6 +173,8 @@ async function probe(
     if (connectError.metadata.has("grpc-status")) {
       return connectError.code === Code.Unimplemented ? { kind: "unimplemented" } : { kind: "status" };
     }
+    // A Connect server (edgeplug's kubelet.sock and pod-resources socket) answers an unknown service with HTTP 404.
+    if (connectError.code === Code.Unimplemented) return { kind: "unimplemented" };
     const failure = classifyRpcError(error);
     if (failure === "deadline") return { kind: "silent" };
     if (failure === "missing" || failure === "stale") return { kind: "gone" };

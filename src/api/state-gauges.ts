@@ -26,7 +26,7 @@ export interface AllocationSample {
 
 /** One of edgeplug's listening sockets: `api` (api.socket) or `registration` (kubelet.sock). */
 export interface SocketSample {
-  socket: "api" | "registration";
+  socket: "api" | "registration" | "pod-resources";
   serving: boolean;
 }
 

@@ -14,7 +14,7 @@
  * ```
  */
 import * as fs from "node:fs";
-import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS, REGISTRATION_SOCKET_LIMITS } from "../api/limits.ts";
+import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS, POD_RESOURCES_SOCKET_LIMITS, REGISTRATION_SOCKET_LIMITS } from "../api/limits.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 
@@ -63,7 +63,8 @@ export function logDescriptorLimit(log: Logger, policy: Policy, attemptsAtOnce: 
     listenerConnections:
       (policy.api.socket === null ? 0 : API_SOCKET_LIMITS.maxConnections) +
       (policy.api.metrics === null ? 0 : METRICS_LISTENER_LIMITS.maxConnections) +
-      (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections),
+      (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections) +
+      (policy.podResources.socket === null ? 0 : POD_RESOURCES_SOCKET_LIMITS.maxConnections),
     maxPlugins: policy.security.maxPlugins,
     attemptsAtOnce,
   });

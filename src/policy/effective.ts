@@ -33,6 +33,7 @@ export interface FilledPolicy {
   /** null for a built-in given as `DevicePlugin:` (ajv fills mappings only). */
   handlers: Record<string, FilledHandler | null>;
   devicePlugins: { registrationSocket: string | null; gracePeriod: string };
+  podResources: { socket: string | null };
   checkpoint: { path: string };
   reconcile: {
     resync: string;
@@ -89,6 +90,7 @@ export function toPolicy(data: FilledPolicy, handlerOrder: readonly string[], so
       registrationSocket: devicePlugins.registrationSocket,
       gracePeriodMs: parseDuration(devicePlugins.gracePeriod),
     },
+    podResources: { socket: data.podResources.socket },
     checkpoint: { path: data.checkpoint.path },
     reconcile: {
       resyncMs: parseDuration(reconcile.resync),
@@ -160,6 +162,7 @@ export function policyToData(policy: Policy): Record<string, unknown> {
       registrationSocket: policy.devicePlugins.registrationSocket,
       gracePeriod: ms(policy.devicePlugins.gracePeriodMs),
     },
+    podResources: { socket: policy.podResources.socket },
     checkpoint: { path: policy.checkpoint.path },
     reconcile: {
       resync: ms(policy.reconcile.resyncMs),

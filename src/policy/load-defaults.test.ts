@@ -37,6 +37,7 @@ test("a minimal policy gets every default", () => {
       ["DRAPlugin", { type: "DRAPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] }],
     ]),
     devicePlugins: { registrationSocket: "/var/lib/kubelet/device-plugins/kubelet.sock", gracePeriodMs: 300_000 },
+    podResources: { socket: "/var/lib/kubelet/pod-resources/kubelet.sock" },
     checkpoint: { path: "/var/lib/edgeplug/kubelet_internal_checkpoint" },
     reconcile: {
       resyncMs: 10_000,
@@ -66,6 +67,7 @@ handlers:
   "42": { kind: generic }
   DevicePlugin:
 devicePlugins: { registrationSocket: null, gracePeriod: "0" }
+podResources: { socket: null }
 reconcile: { resync: 1h, backoff: { initial: 1.5s, max: 1m }, timeouts: { dial: 250ms, getInfo: 2s, notify: 3s }, liveness: { interval: 30s } }
 security: { socketOwners: [1000], maxPlugins: 3, maxDevicesPerResource: 8 }
 api: { socket: null, socketGroup: edgeplug, metrics: "[::1]:9478" }
@@ -94,6 +96,7 @@ log: { level: debug, format: text }
     deny: [],
   });
   assert.deepEqual(policy.devicePlugins, { registrationSocket: null, gracePeriodMs: 0 });
+  assert.deepEqual(policy.podResources, { socket: null });
   assert.deepEqual(policy.reconcile, {
     resyncMs: 3_600_000,
     backoff: { initialMs: 1500, maxMs: 60_000 },
@@ -169,6 +172,7 @@ test("config/dev.yaml runs without root: every path under /tmp/edgeplug-dev/", a
     dev.devicePlugins.registrationSocket,
     dev.checkpoint.path,
     dev.api.socket,
+    dev.podResources.socket,
   ];
   for (const item of paths) assert.ok(item?.startsWith("/tmp/edgeplug-dev/"), `${item} is not under /tmp/edgeplug-dev/`);
   assert.equal(dev.devicePlugins.registrationSocket, "/tmp/edgeplug-dev/device-plugins/kubelet.sock");

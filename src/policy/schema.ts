@@ -180,6 +180,12 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
       ),
       gracePeriod: duration("How long a disconnected resource is kept before it disappears", "5m"),
     }),
+    podResources: section("The kubelet's pod-resources API (v1.PodResourcesLister) where monitoring agents look for it", {
+      socket: nullableAbsolutePath(
+        "Unix socket serving the pod-resources API with the kubelet's limits, besides the API socket; null disables it",
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+      ),
+    }),
     checkpoint: section("Device state that survives restarts", {
       path: absolutePath(
         "File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format",

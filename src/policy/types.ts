@@ -45,6 +45,10 @@ export interface Policy {
     registrationSocket: string | null;
     gracePeriodMs: number;
   };
+  podResources: {
+    /** Socket of the kubelet's pod-resources API; null disables it. */
+    socket: string | null;
+  };
   checkpoint: { path: string };
   reconcile: {
     resyncMs: number;

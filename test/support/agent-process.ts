@@ -64,6 +64,7 @@ export function writePolicy(dir: string, options: PolicyFileOptions = {}): TestP
         ["  DevicePlugin: {}", "  acme.io/Sensor:", "    kind: generic", "    versions: [v1]"].join("\n"),
       "devicePlugins:",
       "  registrationSocket: null",
+      "podResources: { socket: null }",
       "checkpoint:",
       `  path: ${path.join(dir, "state", "kubelet_internal_checkpoint")}`,
       "reconcile:",

@@ -24,6 +24,8 @@ export interface DeviceNode extends CleansUpAfter {
   registry: string;
   pluginsDir: string;
   apiSocket: string;
+  /** podResources.socket, in a directory the agent creates. */
+  podResourcesSocket: string;
 }
 
 /**
@@ -50,6 +52,7 @@ export function deviceNode(t: TestContext): DeviceNode {
     registry: path.join(dir, "registry"),
     pluginsDir: path.join(dir, "dp"),
     apiSocket: path.join(dir, "api.sock"),
+    podResourcesSocket: path.join(dir, "pod-resources", "kubelet.sock"),
   };
   fs.writeFileSync(
     node.policy,
@@ -65,6 +68,8 @@ export function deviceNode(t: TestContext): DeviceNode {
       "  gracePeriod: 5m",
       "checkpoint:",
       `  path: ${path.join(node.pluginsDir, "kubelet_internal_checkpoint")}`,
+      "podResources:",
+      `  socket: ${node.podResourcesSocket}`,
       "reconcile:",
       "  backoff: { initial: 50ms, max: 500ms }",
       "api:",

@@ -35,6 +35,7 @@ export function testPolicy(options: TestPolicyOptions): Policy {
     watch: options.watch.map((dir) => (typeof dir === "string" ? { path: dir, recursive: true, types: null } : { recursive: true, types: null, ...dir })),
     handlers,
     devicePlugins: { registrationSocket: null, gracePeriodMs: 300_000 },
+    podResources: { socket: null },
     checkpoint: { path: options.checkpointPath ?? defaultCheckpointPath(options.watch) },
     reconcile: {
       resyncMs: options.resyncMs ?? 3_600_000,

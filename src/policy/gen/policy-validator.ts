@@ -3,13 +3,13 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}},"fleet":{"description":"Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published","type":"object","additionalProperties":false,"required":["brokers"],"properties":{"brokers":{"description":"Broker URLs (mqtt:// or mqtts://), tried in turn: the link moves to the next when one goes","minItems":1,"maxItems":16,"items":{"type":"string","pattern":"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},"type":"array"},"clientId":{"description":"MQTT client id; default: the node name (a broker ACL can then match topics to it)","type":"string","minLength":1,"maxLength":128},"prefix":{"description":"First topic levels: topics are PREFIX/v1/NODE/online, status and events","type":"string","pattern":"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$","maxLength":256,"default":"edgeplug"},"qos":{"description":"MQTT QoS of every publish","enum":[0,1],"default":1},"keepalive":{"description":"MQTT keepalive; the online topic is refreshed at this period too; above 0 and at most 18h12m15s (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"30s"},"usernameFile":{"description":"File holding the user name (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"passwordFile":{"description":"File holding the password (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"tls":{"description":"TLS for mqtts:// brokers (files in PEM)","type":"object","additionalProperties":false,"default":{},"properties":{"ca":{"description":"CA certificates the broker's certificate must chain to; null: the system's","type":["string","null"],"pattern":"^/","default":null},"cert":{"description":"Client certificate, with key; null: none","type":["string","null"],"pattern":"^/","default":null},"key":{"description":"Client private key, with cert; refused when group- or world-readable; null: none","type":["string","null"],"pattern":"^/","default":null}}},"minInterval":{"description":"Least time between two status publishes (the latest status wins); 0 publishes every change (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"events":{"description":"Publish each event on PREFIX/v1/NODE/events","type":"boolean","default":true}}}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"}}},"podResources":{"description":"The kubelet's pod-resources API (v1.PodResourcesLister) where monitoring agents look for it","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket serving the pod-resources API with the kubelet's limits, besides the API socket; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/pod-resources/kubelet.sock"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}},"fleet":{"description":"Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published","type":"object","additionalProperties":false,"required":["brokers"],"properties":{"brokers":{"description":"Broker URLs (mqtt:// or mqtts://), tried in turn: the link moves to the next when one goes","minItems":1,"maxItems":16,"items":{"type":"string","pattern":"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},"type":"array"},"clientId":{"description":"MQTT client id; default: the node name (a broker ACL can then match topics to it)","type":"string","minLength":1,"maxLength":128},"prefix":{"description":"First topic levels: topics are PREFIX/v1/NODE/online, status and events","type":"string","pattern":"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$","maxLength":256,"default":"edgeplug"},"qos":{"description":"MQTT QoS of every publish","enum":[0,1],"default":1},"keepalive":{"description":"MQTT keepalive; the online topic is refreshed at this period too; above 0 and at most 18h12m15s (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"30s"},"usernameFile":{"description":"File holding the user name (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"passwordFile":{"description":"File holding the password (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"tls":{"description":"TLS for mqtts:// brokers (files in PEM)","type":"object","additionalProperties":false,"default":{},"properties":{"ca":{"description":"CA certificates the broker's certificate must chain to; null: the system's","type":["string","null"],"pattern":"^/","default":null},"cert":{"description":"Client certificate, with key; null: none","type":["string","null"],"pattern":"^/","default":null},"key":{"description":"Client private key, with cert; refused when group- or world-readable; null: none","type":["string","null"],"pattern":"^/","default":null}}},"minInterval":{"description":"Least time between two status publishes (the latest status wins); 0 publishes every change (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"events":{"description":"Publish each event on PREFIX/v1/NODE/events","type":"boolean","default":true}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^/", "u");
 const pattern2 = new RegExp("^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$", "u");
-const pattern12 = new RegExp("^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$", "u");
-const pattern13 = new RegExp("^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$", "u");
-const pattern14 = new RegExp("^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$", "u");
+const pattern13 = new RegExp("^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$", "u");
+const pattern14 = new RegExp("^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$", "u");
+const pattern15 = new RegExp("^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$", "u");
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
@@ -20,6 +20,9 @@ data.handlers = {"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}};
 }
 if(data.devicePlugins === undefined){
 data.devicePlugins = {};
+}
+if(data.podResources === undefined){
+data.podResources = {};
 }
 if(data.checkpoint === undefined){
 data.checkpoint = {};
@@ -985,14 +988,14 @@ vErrors.push(err71);
 }
 errors++;
 }
-let data41 = data.checkpoint;
+let data41 = data.podResources;
 if(data41 && typeof data41 == "object" && !Array.isArray(data41)){
-if(data41.path === undefined){
-data41.path = "/var/lib/edgeplug/kubelet_internal_checkpoint";
+if(data41.socket === undefined){
+data41.socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
 }
 for(const key9 in data41){
-if(!(key9 === "path")){
-const err72 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key9},message:"must NOT have additional properties"};
+if(!(key9 === "socket")){
+const err72 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key9},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err72];
 }
@@ -1002,10 +1005,9 @@ vErrors.push(err72);
 errors++;
 }
 }
-let data42 = data41.path;
-if(typeof data42 === "string"){
-if(!pattern0.test(data42)){
-const err73 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+let data42 = data41.socket;
+if((typeof data42 !== "string") && (data42 !== null)){
+const err73 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/type",keyword:"type",params:{type: schema11.properties.podResources.properties.socket.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err73];
 }
@@ -1014,9 +1016,9 @@ vErrors.push(err73);
 }
 errors++;
 }
-}
-else {
-const err74 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(typeof data42 === "string"){
+if(!pattern0.test(data42)){
+const err74 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err74];
 }
@@ -1026,8 +1028,9 @@ vErrors.push(err74);
 errors++;
 }
 }
+}
 else {
-const err75 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err75 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err75];
 }
@@ -1036,23 +1039,14 @@ vErrors.push(err75);
 }
 errors++;
 }
-let data43 = data.reconcile;
+let data43 = data.checkpoint;
 if(data43 && typeof data43 == "object" && !Array.isArray(data43)){
-if(data43.resync === undefined){
-data43.resync = "10s";
-}
-if(data43.backoff === undefined){
-data43.backoff = {};
-}
-if(data43.timeouts === undefined){
-data43.timeouts = {};
-}
-if(data43.liveness === undefined){
-data43.liveness = {};
+if(data43.path === undefined){
+data43.path = "/var/lib/edgeplug/kubelet_internal_checkpoint";
 }
 for(const key10 in data43){
-if(!((((key10 === "resync") || (key10 === "backoff")) || (key10 === "timeouts")) || (key10 === "liveness"))){
-const err76 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key10},message:"must NOT have additional properties"};
+if(!(key10 === "path")){
+const err76 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key10},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err76];
 }
@@ -1062,10 +1056,10 @@ vErrors.push(err76);
 errors++;
 }
 }
-let data44 = data43.resync;
+let data44 = data43.path;
 if(typeof data44 === "string"){
-if(!pattern2.test(data44)){
-const err77 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(!pattern0.test(data44)){
+const err77 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err77];
 }
@@ -1076,7 +1070,7 @@ errors++;
 }
 }
 else {
-const err78 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err78 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err78];
 }
@@ -1085,17 +1079,9 @@ vErrors.push(err78);
 }
 errors++;
 }
-let data45 = data43.backoff;
-if(data45 && typeof data45 == "object" && !Array.isArray(data45)){
-if(data45.initial === undefined){
-data45.initial = "500ms";
 }
-if(data45.max === undefined){
-data45.max = "2m2s";
-}
-for(const key11 in data45){
-if(!((key11 === "initial") || (key11 === "max"))){
-const err79 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key11},message:"must NOT have additional properties"};
+else {
+const err79 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err79];
 }
@@ -1104,11 +1090,23 @@ vErrors.push(err79);
 }
 errors++;
 }
+let data45 = data.reconcile;
+if(data45 && typeof data45 == "object" && !Array.isArray(data45)){
+if(data45.resync === undefined){
+data45.resync = "10s";
 }
-let data46 = data45.initial;
-if(typeof data46 === "string"){
-if(!pattern2.test(data46)){
-const err80 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(data45.backoff === undefined){
+data45.backoff = {};
+}
+if(data45.timeouts === undefined){
+data45.timeouts = {};
+}
+if(data45.liveness === undefined){
+data45.liveness = {};
+}
+for(const key11 in data45){
+if(!((((key11 === "resync") || (key11 === "backoff")) || (key11 === "timeouts")) || (key11 === "liveness"))){
+const err80 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key11},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err80];
 }
@@ -1118,8 +1116,10 @@ vErrors.push(err80);
 errors++;
 }
 }
-else {
-const err81 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data46 = data45.resync;
+if(typeof data46 === "string"){
+if(!pattern2.test(data46)){
+const err81 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err81];
 }
@@ -1128,10 +1128,9 @@ vErrors.push(err81);
 }
 errors++;
 }
-let data47 = data45.max;
-if(typeof data47 === "string"){
-if(!pattern2.test(data47)){
-const err82 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+}
+else {
+const err82 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err82];
 }
@@ -1140,9 +1139,17 @@ vErrors.push(err82);
 }
 errors++;
 }
+let data47 = data45.backoff;
+if(data47 && typeof data47 == "object" && !Array.isArray(data47)){
+if(data47.initial === undefined){
+data47.initial = "500ms";
 }
-else {
-const err83 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data47.max === undefined){
+data47.max = "2m2s";
+}
+for(const key12 in data47){
+if(!((key12 === "initial") || (key12 === "max"))){
+const err83 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key12},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err83];
 }
@@ -1152,8 +1159,10 @@ vErrors.push(err83);
 errors++;
 }
 }
-else {
-const err84 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data48 = data47.initial;
+if(typeof data48 === "string"){
+if(!pattern2.test(data48)){
+const err84 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err84];
 }
@@ -1162,20 +1171,9 @@ vErrors.push(err84);
 }
 errors++;
 }
-let data48 = data43.timeouts;
-if(data48 && typeof data48 == "object" && !Array.isArray(data48)){
-if(data48.dial === undefined){
-data48.dial = "10s";
 }
-if(data48.getInfo === undefined){
-data48.getInfo = "1s";
-}
-if(data48.notify === undefined){
-data48.notify = "5s";
-}
-for(const key12 in data48){
-if(!(((key12 === "dial") || (key12 === "getInfo")) || (key12 === "notify"))){
-const err85 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key12},message:"must NOT have additional properties"};
+else {
+const err85 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err85];
 }
@@ -1184,11 +1182,10 @@ vErrors.push(err85);
 }
 errors++;
 }
-}
-let data49 = data48.dial;
+let data49 = data47.max;
 if(typeof data49 === "string"){
 if(!pattern2.test(data49)){
-const err86 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err86 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err86];
 }
@@ -1199,7 +1196,7 @@ errors++;
 }
 }
 else {
-const err87 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err87 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err87];
 }
@@ -1208,10 +1205,9 @@ vErrors.push(err87);
 }
 errors++;
 }
-let data50 = data48.getInfo;
-if(typeof data50 === "string"){
-if(!pattern2.test(data50)){
-const err88 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+}
+else {
+const err88 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err88];
 }
@@ -1220,9 +1216,20 @@ vErrors.push(err88);
 }
 errors++;
 }
+let data50 = data45.timeouts;
+if(data50 && typeof data50 == "object" && !Array.isArray(data50)){
+if(data50.dial === undefined){
+data50.dial = "10s";
 }
-else {
-const err89 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data50.getInfo === undefined){
+data50.getInfo = "1s";
+}
+if(data50.notify === undefined){
+data50.notify = "5s";
+}
+for(const key13 in data50){
+if(!(((key13 === "dial") || (key13 === "getInfo")) || (key13 === "notify"))){
+const err89 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err89];
 }
@@ -1231,10 +1238,11 @@ vErrors.push(err89);
 }
 errors++;
 }
-let data51 = data48.notify;
+}
+let data51 = data50.dial;
 if(typeof data51 === "string"){
 if(!pattern2.test(data51)){
-const err90 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err90 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err90];
 }
@@ -1245,7 +1253,7 @@ errors++;
 }
 }
 else {
-const err91 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err91 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err91];
 }
@@ -1254,9 +1262,10 @@ vErrors.push(err91);
 }
 errors++;
 }
-}
-else {
-const err92 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data52 = data50.getInfo;
+if(typeof data52 === "string"){
+if(!pattern2.test(data52)){
+const err92 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err92];
 }
@@ -1265,14 +1274,9 @@ vErrors.push(err92);
 }
 errors++;
 }
-let data52 = data43.liveness;
-if(data52 && typeof data52 == "object" && !Array.isArray(data52)){
-if(data52.interval === undefined){
-data52.interval = "0s";
 }
-for(const key13 in data52){
-if(!(key13 === "interval")){
-const err93 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
+else {
+const err93 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err93];
 }
@@ -1281,11 +1285,10 @@ vErrors.push(err93);
 }
 errors++;
 }
-}
-let data53 = data52.interval;
+let data53 = data50.notify;
 if(typeof data53 === "string"){
 if(!pattern2.test(data53)){
-const err94 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err94 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err94];
 }
@@ -1296,7 +1299,7 @@ errors++;
 }
 }
 else {
-const err95 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err95 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err95];
 }
@@ -1307,7 +1310,7 @@ errors++;
 }
 }
 else {
-const err96 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err96 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err96];
 }
@@ -1316,9 +1319,14 @@ vErrors.push(err96);
 }
 errors++;
 }
+let data54 = data45.liveness;
+if(data54 && typeof data54 == "object" && !Array.isArray(data54)){
+if(data54.interval === undefined){
+data54.interval = "0s";
 }
-else {
-const err97 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
+for(const key14 in data54){
+if(!(key14 === "interval")){
+const err97 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err97];
 }
@@ -1327,17 +1335,11 @@ vErrors.push(err97);
 }
 errors++;
 }
-let data54 = data.security;
-if(data54 && typeof data54 == "object" && !Array.isArray(data54)){
-if(data54.maxPlugins === undefined){
-data54.maxPlugins = 1024;
 }
-if(data54.maxDevicesPerResource === undefined){
-data54.maxDevicesPerResource = 100000;
-}
-for(const key14 in data54){
-if(!(((key14 === "socketOwners") || (key14 === "maxPlugins")) || (key14 === "maxDevicesPerResource"))){
-const err98 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
+let data55 = data54.interval;
+if(typeof data55 === "string"){
+if(!pattern2.test(data55)){
+const err98 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err98];
 }
@@ -1347,11 +1349,8 @@ vErrors.push(err98);
 errors++;
 }
 }
-if(data54.socketOwners !== undefined){
-let data55 = data54.socketOwners;
-if(Array.isArray(data55)){
-if(data55.length < 1){
-const err99 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+else {
+const err99 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err99];
 }
@@ -1360,11 +1359,9 @@ vErrors.push(err99);
 }
 errors++;
 }
-const len14 = data55.length;
-for(let i15=0; i15<len14; i15++){
-let data56 = data55[i15];
-if(!(((typeof data56 == "number") && (!(data56 % 1) && !isNaN(data56))) && (isFinite(data56)))){
-const err100 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+}
+else {
+const err100 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err100];
 }
@@ -1373,9 +1370,9 @@ vErrors.push(err100);
 }
 errors++;
 }
-if((typeof data56 == "number") && (isFinite(data56))){
-if(data56 > 4294967295 || isNaN(data56)){
-const err101 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
+}
+else {
+const err101 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err101];
 }
@@ -1384,8 +1381,17 @@ vErrors.push(err101);
 }
 errors++;
 }
-if(data56 < 0 || isNaN(data56)){
-const err102 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+let data56 = data.security;
+if(data56 && typeof data56 == "object" && !Array.isArray(data56)){
+if(data56.maxPlugins === undefined){
+data56.maxPlugins = 1024;
+}
+if(data56.maxDevicesPerResource === undefined){
+data56.maxDevicesPerResource = 100000;
+}
+for(const key15 in data56){
+if(!(((key15 === "socketOwners") || (key15 === "maxPlugins")) || (key15 === "maxDevicesPerResource"))){
+const err102 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err102];
 }
@@ -1395,10 +1401,11 @@ vErrors.push(err102);
 errors++;
 }
 }
-}
-}
-else {
-const err103 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data56.socketOwners !== undefined){
+let data57 = data56.socketOwners;
+if(Array.isArray(data57)){
+if(data57.length < 1){
+const err103 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err103];
 }
@@ -1407,10 +1414,11 @@ vErrors.push(err103);
 }
 errors++;
 }
-}
-let data57 = data54.maxPlugins;
-if(!(((typeof data57 == "number") && (!(data57 % 1) && !isNaN(data57))) && (isFinite(data57)))){
-const err104 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const len14 = data57.length;
+for(let i15=0; i15<len14; i15++){
+let data58 = data57[i15];
+if(!(((typeof data58 == "number") && (!(data58 % 1) && !isNaN(data58))) && (isFinite(data58)))){
+const err104 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err104];
 }
@@ -1419,9 +1427,9 @@ vErrors.push(err104);
 }
 errors++;
 }
-if((typeof data57 == "number") && (isFinite(data57))){
-if(data57 < 1 || isNaN(data57)){
-const err105 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if((typeof data58 == "number") && (isFinite(data58))){
+if(data58 > 4294967295 || isNaN(data58)){
+const err105 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
 if(vErrors === null){
 vErrors = [err105];
 }
@@ -1430,10 +1438,8 @@ vErrors.push(err105);
 }
 errors++;
 }
-}
-let data58 = data54.maxDevicesPerResource;
-if(!(((typeof data58 == "number") && (!(data58 % 1) && !isNaN(data58))) && (isFinite(data58)))){
-const err106 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(data58 < 0 || isNaN(data58)){
+const err106 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err106];
 }
@@ -1442,9 +1448,11 @@ vErrors.push(err106);
 }
 errors++;
 }
-if((typeof data58 == "number") && (isFinite(data58))){
-if(data58 < 1 || isNaN(data58)){
-const err107 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+}
+}
+}
+else {
+const err107 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err107];
 }
@@ -1454,9 +1462,9 @@ vErrors.push(err107);
 errors++;
 }
 }
-}
-else {
-const err108 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data59 = data56.maxPlugins;
+if(!(((typeof data59 == "number") && (!(data59 % 1) && !isNaN(data59))) && (isFinite(data59)))){
+const err108 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err108];
 }
@@ -1465,20 +1473,9 @@ vErrors.push(err108);
 }
 errors++;
 }
-let data59 = data.api;
-if(data59 && typeof data59 == "object" && !Array.isArray(data59)){
-if(data59.socket === undefined){
-data59.socket = "/run/edgeplug/api.sock";
-}
-if(data59.socketGroup === undefined){
-data59.socketGroup = null;
-}
-if(data59.metrics === undefined){
-data59.metrics = null;
-}
-for(const key15 in data59){
-if(!(((key15 === "socket") || (key15 === "socketGroup")) || (key15 === "metrics"))){
-const err109 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
+if((typeof data59 == "number") && (isFinite(data59))){
+if(data59 < 1 || isNaN(data59)){
+const err109 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err109];
 }
@@ -1488,9 +1485,9 @@ vErrors.push(err109);
 errors++;
 }
 }
-let data60 = data59.socket;
-if((typeof data60 !== "string") && (data60 !== null)){
-const err110 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
+let data60 = data56.maxDevicesPerResource;
+if(!(((typeof data60 == "number") && (!(data60 % 1) && !isNaN(data60))) && (isFinite(data60)))){
+const err110 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err110];
 }
@@ -1499,9 +1496,9 @@ vErrors.push(err110);
 }
 errors++;
 }
-if(typeof data60 === "string"){
-if(!pattern0.test(data60)){
-const err111 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+if((typeof data60 == "number") && (isFinite(data60))){
+if(data60 < 1 || isNaN(data60)){
+const err111 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err111];
 }
@@ -1511,9 +1508,9 @@ vErrors.push(err111);
 errors++;
 }
 }
-let data61 = data59.socketGroup;
-if((typeof data61 !== "string") && (data61 !== null)){
-const err112 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
+}
+else {
+const err112 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err112];
 }
@@ -1522,9 +1519,20 @@ vErrors.push(err112);
 }
 errors++;
 }
-if(typeof data61 === "string"){
-if(data61.length < 1){
-const err113 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+let data61 = data.api;
+if(data61 && typeof data61 == "object" && !Array.isArray(data61)){
+if(data61.socket === undefined){
+data61.socket = "/run/edgeplug/api.sock";
+}
+if(data61.socketGroup === undefined){
+data61.socketGroup = null;
+}
+if(data61.metrics === undefined){
+data61.metrics = null;
+}
+for(const key16 in data61){
+if(!(((key16 === "socket") || (key16 === "socketGroup")) || (key16 === "metrics"))){
+const err113 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err113];
 }
@@ -1534,9 +1542,9 @@ vErrors.push(err113);
 errors++;
 }
 }
-let data62 = data59.metrics;
+let data62 = data61.socket;
 if((typeof data62 !== "string") && (data62 !== null)){
-const err114 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
+const err114 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err114];
 }
@@ -1546,8 +1554,8 @@ vErrors.push(err114);
 errors++;
 }
 if(typeof data62 === "string"){
-if(!pattern12.test(data62)){
-const err115 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
+if(!pattern0.test(data62)){
+const err115 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err115];
 }
@@ -1557,9 +1565,9 @@ vErrors.push(err115);
 errors++;
 }
 }
-}
-else {
-const err116 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data63 = data61.socketGroup;
+if((typeof data63 !== "string") && (data63 !== null)){
+const err116 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err116];
 }
@@ -1568,17 +1576,9 @@ vErrors.push(err116);
 }
 errors++;
 }
-let data63 = data.log;
-if(data63 && typeof data63 == "object" && !Array.isArray(data63)){
-if(data63.level === undefined){
-data63.level = "info";
-}
-if(data63.format === undefined){
-data63.format = "json";
-}
-for(const key16 in data63){
-if(!((key16 === "level") || (key16 === "format"))){
-const err117 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"};
+if(typeof data63 === "string"){
+if(data63.length < 1){
+const err117 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err117];
 }
@@ -1588,9 +1588,9 @@ vErrors.push(err117);
 errors++;
 }
 }
-let data64 = data63.level;
-if(typeof data64 !== "string"){
-const err118 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data64 = data61.metrics;
+if((typeof data64 !== "string") && (data64 !== null)){
+const err118 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err118];
 }
@@ -1599,8 +1599,9 @@ vErrors.push(err118);
 }
 errors++;
 }
-if(!((((data64 === "debug") || (data64 === "info")) || (data64 === "warn")) || (data64 === "error"))){
-const err119 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
+if(typeof data64 === "string"){
+if(!pattern13.test(data64)){
+const err119 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
 if(vErrors === null){
 vErrors = [err119];
 }
@@ -1609,9 +1610,10 @@ vErrors.push(err119);
 }
 errors++;
 }
-let data65 = data63.format;
-if(typeof data65 !== "string"){
-const err120 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+}
+else {
+const err120 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err120];
 }
@@ -1620,8 +1622,17 @@ vErrors.push(err120);
 }
 errors++;
 }
-if(!((data65 === "json") || (data65 === "text"))){
-const err121 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
+let data65 = data.log;
+if(data65 && typeof data65 == "object" && !Array.isArray(data65)){
+if(data65.level === undefined){
+data65.level = "info";
+}
+if(data65.format === undefined){
+data65.format = "json";
+}
+for(const key17 in data65){
+if(!((key17 === "level") || (key17 === "format"))){
+const err121 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err121];
 }
@@ -1631,8 +1642,9 @@ vErrors.push(err121);
 errors++;
 }
 }
-else {
-const err122 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data66 = data65.level;
+if(typeof data66 !== "string"){
+const err122 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err122];
 }
@@ -1641,35 +1653,8 @@ vErrors.push(err122);
 }
 errors++;
 }
-if(data.fleet !== undefined){
-let data66 = data.fleet;
-if(data66 && typeof data66 == "object" && !Array.isArray(data66)){
-if(data66.prefix === undefined){
-data66.prefix = "edgeplug";
-}
-if(data66.qos === undefined){
-data66.qos = 1;
-}
-if(data66.keepalive === undefined){
-data66.keepalive = "30s";
-}
-if(data66.usernameFile === undefined){
-data66.usernameFile = null;
-}
-if(data66.passwordFile === undefined){
-data66.passwordFile = null;
-}
-if(data66.tls === undefined){
-data66.tls = {};
-}
-if(data66.minInterval === undefined){
-data66.minInterval = "1s";
-}
-if(data66.events === undefined){
-data66.events = true;
-}
-if(data66.brokers === undefined){
-const err123 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/required",keyword:"required",params:{missingProperty: "brokers"},message:"must have required property '"+"brokers"+"'"};
+if(!((((data66 === "debug") || (data66 === "info")) || (data66 === "warn")) || (data66 === "error"))){
+const err123 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err123];
 }
@@ -1678,9 +1663,9 @@ vErrors.push(err123);
 }
 errors++;
 }
-for(const key17 in data66){
-if(!(func2.call(schema11.properties.fleet.properties, key17))){
-const err124 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"};
+let data67 = data65.format;
+if(typeof data67 !== "string"){
+const err124 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err124];
 }
@@ -1689,12 +1674,8 @@ vErrors.push(err124);
 }
 errors++;
 }
-}
-if(data66.brokers !== undefined){
-let data67 = data66.brokers;
-if(Array.isArray(data67)){
-if(data67.length > 16){
-const err125 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/maxItems",keyword:"maxItems",params:{limit: 16},message:"must NOT have more than 16 items"};
+if(!((data67 === "json") || (data67 === "text"))){
+const err125 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err125];
 }
@@ -1703,8 +1684,9 @@ vErrors.push(err125);
 }
 errors++;
 }
-if(data67.length < 1){
-const err126 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+}
+else {
+const err126 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err126];
 }
@@ -1713,12 +1695,35 @@ vErrors.push(err126);
 }
 errors++;
 }
-const len15 = data67.length;
-for(let i16=0; i16<len15; i16++){
-let data68 = data67[i16];
-if(typeof data68 === "string"){
-if(!pattern13.test(data68)){
-const err127 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/pattern",keyword:"pattern",params:{pattern: "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},message:"must match pattern \""+"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"+"\""};
+if(data.fleet !== undefined){
+let data68 = data.fleet;
+if(data68 && typeof data68 == "object" && !Array.isArray(data68)){
+if(data68.prefix === undefined){
+data68.prefix = "edgeplug";
+}
+if(data68.qos === undefined){
+data68.qos = 1;
+}
+if(data68.keepalive === undefined){
+data68.keepalive = "30s";
+}
+if(data68.usernameFile === undefined){
+data68.usernameFile = null;
+}
+if(data68.passwordFile === undefined){
+data68.passwordFile = null;
+}
+if(data68.tls === undefined){
+data68.tls = {};
+}
+if(data68.minInterval === undefined){
+data68.minInterval = "1s";
+}
+if(data68.events === undefined){
+data68.events = true;
+}
+if(data68.brokers === undefined){
+const err127 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/required",keyword:"required",params:{missingProperty: "brokers"},message:"must have required property '"+"brokers"+"'"};
 if(vErrors === null){
 vErrors = [err127];
 }
@@ -1727,9 +1732,9 @@ vErrors.push(err127);
 }
 errors++;
 }
-}
-else {
-const err128 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+for(const key18 in data68){
+if(!(func2.call(schema11.properties.fleet.properties, key18))){
+const err128 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key18},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err128];
 }
@@ -1739,9 +1744,11 @@ vErrors.push(err128);
 errors++;
 }
 }
-}
-else {
-const err129 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data68.brokers !== undefined){
+let data69 = data68.brokers;
+if(Array.isArray(data69)){
+if(data69.length > 16){
+const err129 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/maxItems",keyword:"maxItems",params:{limit: 16},message:"must NOT have more than 16 items"};
 if(vErrors === null){
 vErrors = [err129];
 }
@@ -1750,12 +1757,8 @@ vErrors.push(err129);
 }
 errors++;
 }
-}
-if(data66.clientId !== undefined){
-let data69 = data66.clientId;
-if(typeof data69 === "string"){
-if(data69.length > 128){
-const err130 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
+if(data69.length < 1){
+const err130 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err130];
 }
@@ -1764,8 +1767,12 @@ vErrors.push(err130);
 }
 errors++;
 }
-if(data69.length < 1){
-const err131 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+const len15 = data69.length;
+for(let i16=0; i16<len15; i16++){
+let data70 = data69[i16];
+if(typeof data70 === "string"){
+if(!pattern14.test(data70)){
+const err131 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/pattern",keyword:"pattern",params:{pattern: "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},message:"must match pattern \""+"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"+"\""};
 if(vErrors === null){
 vErrors = [err131];
 }
@@ -1776,7 +1783,7 @@ errors++;
 }
 }
 else {
-const err132 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err132 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err132];
 }
@@ -1786,10 +1793,9 @@ vErrors.push(err132);
 errors++;
 }
 }
-let data70 = data66.prefix;
-if(typeof data70 === "string"){
-if(data70.length > 256){
-const err133 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/maxLength",keyword:"maxLength",params:{limit: 256},message:"must NOT have more than 256 characters"};
+}
+else {
+const err133 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err133];
 }
@@ -1798,8 +1804,12 @@ vErrors.push(err133);
 }
 errors++;
 }
-if(!pattern14.test(data70)){
-const err134 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/pattern",keyword:"pattern",params:{pattern: "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"},message:"must match pattern \""+"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"+"\""};
+}
+if(data68.clientId !== undefined){
+let data71 = data68.clientId;
+if(typeof data71 === "string"){
+if(data71.length > 128){
+const err134 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
 if(vErrors === null){
 vErrors = [err134];
 }
@@ -1808,9 +1818,8 @@ vErrors.push(err134);
 }
 errors++;
 }
-}
-else {
-const err135 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data71.length < 1){
+const err135 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err135];
 }
@@ -1819,9 +1828,9 @@ vErrors.push(err135);
 }
 errors++;
 }
-let data71 = data66.qos;
-if(!((data71 === 0) || (data71 === 1))){
-const err136 = {instancePath:instancePath+"/fleet/qos",schemaPath:"#/properties/fleet/properties/qos/enum",keyword:"enum",params:{allowedValues: schema11.properties.fleet.properties.qos.enum},message:"must be equal to one of the allowed values"};
+}
+else {
+const err136 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err136];
 }
@@ -1830,10 +1839,11 @@ vErrors.push(err136);
 }
 errors++;
 }
-let data72 = data66.keepalive;
+}
+let data72 = data68.prefix;
 if(typeof data72 === "string"){
-if(!pattern2.test(data72)){
-const err137 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(data72.length > 256){
+const err137 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/maxLength",keyword:"maxLength",params:{limit: 256},message:"must NOT have more than 256 characters"};
 if(vErrors === null){
 vErrors = [err137];
 }
@@ -1842,9 +1852,8 @@ vErrors.push(err137);
 }
 errors++;
 }
-}
-else {
-const err138 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(!pattern15.test(data72)){
+const err138 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/pattern",keyword:"pattern",params:{pattern: "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"},message:"must match pattern \""+"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"+"\""};
 if(vErrors === null){
 vErrors = [err138];
 }
@@ -1853,9 +1862,9 @@ vErrors.push(err138);
 }
 errors++;
 }
-let data73 = data66.usernameFile;
-if((typeof data73 !== "string") && (data73 !== null)){
-const err139 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.usernameFile.type},message:"must be string,null"};
+}
+else {
+const err139 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err139];
 }
@@ -1864,9 +1873,9 @@ vErrors.push(err139);
 }
 errors++;
 }
-if(typeof data73 === "string"){
-if(!pattern0.test(data73)){
-const err140 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+let data73 = data68.qos;
+if(!((data73 === 0) || (data73 === 1))){
+const err140 = {instancePath:instancePath+"/fleet/qos",schemaPath:"#/properties/fleet/properties/qos/enum",keyword:"enum",params:{allowedValues: schema11.properties.fleet.properties.qos.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err140];
 }
@@ -1875,10 +1884,10 @@ vErrors.push(err140);
 }
 errors++;
 }
-}
-let data74 = data66.passwordFile;
-if((typeof data74 !== "string") && (data74 !== null)){
-const err141 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.passwordFile.type},message:"must be string,null"};
+let data74 = data68.keepalive;
+if(typeof data74 === "string"){
+if(!pattern2.test(data74)){
+const err141 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err141];
 }
@@ -1887,9 +1896,9 @@ vErrors.push(err141);
 }
 errors++;
 }
-if(typeof data74 === "string"){
-if(!pattern0.test(data74)){
-const err142 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+else {
+const err142 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err142];
 }
@@ -1898,21 +1907,9 @@ vErrors.push(err142);
 }
 errors++;
 }
-}
-let data75 = data66.tls;
-if(data75 && typeof data75 == "object" && !Array.isArray(data75)){
-if(data75.ca === undefined){
-data75.ca = null;
-}
-if(data75.cert === undefined){
-data75.cert = null;
-}
-if(data75.key === undefined){
-data75.key = null;
-}
-for(const key18 in data75){
-if(!(((key18 === "ca") || (key18 === "cert")) || (key18 === "key"))){
-const err143 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key18},message:"must NOT have additional properties"};
+let data75 = data68.usernameFile;
+if((typeof data75 !== "string") && (data75 !== null)){
+const err143 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.usernameFile.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err143];
 }
@@ -1921,10 +1918,9 @@ vErrors.push(err143);
 }
 errors++;
 }
-}
-let data76 = data75.ca;
-if((typeof data76 !== "string") && (data76 !== null)){
-const err144 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.ca.type},message:"must be string,null"};
+if(typeof data75 === "string"){
+if(!pattern0.test(data75)){
+const err144 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err144];
 }
@@ -1933,9 +1929,10 @@ vErrors.push(err144);
 }
 errors++;
 }
-if(typeof data76 === "string"){
-if(!pattern0.test(data76)){
-const err145 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+let data76 = data68.passwordFile;
+if((typeof data76 !== "string") && (data76 !== null)){
+const err145 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.passwordFile.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err145];
 }
@@ -1944,10 +1941,9 @@ vErrors.push(err145);
 }
 errors++;
 }
-}
-let data77 = data75.cert;
-if((typeof data77 !== "string") && (data77 !== null)){
-const err146 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.cert.type},message:"must be string,null"};
+if(typeof data76 === "string"){
+if(!pattern0.test(data76)){
+const err146 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err146];
 }
@@ -1956,9 +1952,21 @@ vErrors.push(err146);
 }
 errors++;
 }
-if(typeof data77 === "string"){
-if(!pattern0.test(data77)){
-const err147 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+let data77 = data68.tls;
+if(data77 && typeof data77 == "object" && !Array.isArray(data77)){
+if(data77.ca === undefined){
+data77.ca = null;
+}
+if(data77.cert === undefined){
+data77.cert = null;
+}
+if(data77.key === undefined){
+data77.key = null;
+}
+for(const key19 in data77){
+if(!(((key19 === "ca") || (key19 === "cert")) || (key19 === "key"))){
+const err147 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key19},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err147];
 }
@@ -1968,9 +1976,9 @@ vErrors.push(err147);
 errors++;
 }
 }
-let data78 = data75.key;
+let data78 = data77.ca;
 if((typeof data78 !== "string") && (data78 !== null)){
-const err148 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.key.type},message:"must be string,null"};
+const err148 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.ca.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err148];
 }
@@ -1981,7 +1989,7 @@ errors++;
 }
 if(typeof data78 === "string"){
 if(!pattern0.test(data78)){
-const err149 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+const err149 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err149];
 }
@@ -1991,9 +1999,9 @@ vErrors.push(err149);
 errors++;
 }
 }
-}
-else {
-const err150 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data79 = data77.cert;
+if((typeof data79 !== "string") && (data79 !== null)){
+const err150 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.cert.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err150];
 }
@@ -2002,10 +2010,9 @@ vErrors.push(err150);
 }
 errors++;
 }
-let data79 = data66.minInterval;
 if(typeof data79 === "string"){
-if(!pattern2.test(data79)){
-const err151 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(!pattern0.test(data79)){
+const err151 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err151];
 }
@@ -2015,8 +2022,9 @@ vErrors.push(err151);
 errors++;
 }
 }
-else {
-const err152 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data80 = data77.key;
+if((typeof data80 !== "string") && (data80 !== null)){
+const err152 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.key.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err152];
 }
@@ -2025,8 +2033,9 @@ vErrors.push(err152);
 }
 errors++;
 }
-if(typeof data66.events !== "boolean"){
-const err153 = {instancePath:instancePath+"/fleet/events",schemaPath:"#/properties/fleet/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(typeof data80 === "string"){
+if(!pattern0.test(data80)){
+const err153 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err153];
 }
@@ -2036,8 +2045,9 @@ vErrors.push(err153);
 errors++;
 }
 }
+}
 else {
-const err154 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err154 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err154];
 }
@@ -2046,15 +2056,59 @@ vErrors.push(err154);
 }
 errors++;
 }
-}
-}
-else {
-const err155 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data81 = data68.minInterval;
+if(typeof data81 === "string"){
+if(!pattern2.test(data81)){
+const err155 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err155];
 }
 else {
 vErrors.push(err155);
+}
+errors++;
+}
+}
+else {
+const err156 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err156];
+}
+else {
+vErrors.push(err156);
+}
+errors++;
+}
+if(typeof data68.events !== "boolean"){
+const err157 = {instancePath:instancePath+"/fleet/events",schemaPath:"#/properties/fleet/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(vErrors === null){
+vErrors = [err157];
+}
+else {
+vErrors.push(err157);
+}
+errors++;
+}
+}
+else {
+const err158 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err158];
+}
+else {
+vErrors.push(err158);
+}
+errors++;
+}
+}
+}
+else {
+const err159 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err159];
+}
+else {
+vErrors.push(err159);
 }
 errors++;
 }
