@@ -1,14 +1,17 @@
 /**
  * The agent's sockets on the kubelet's paths, each kept at its path while
  * the agent runs (socket-keeper.ts): the device-plugin registration socket
- * (kubelet.sock) and the pod-resources socket.
+ * (kubelet.sock), whose first start removes the plugin sockets beside it as
+ * the kubelet's does, and the pod-resources socket.
  */
+import * as path from "node:path";
 import type { AgentMetrics } from "./api/metrics.ts";
 import { servePodResourcesSocket } from "./api/pod-resources-socket.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
 import type { DeviceManager } from "./handlers/deviceplugin/manager.ts";
 import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
 import type { Logger } from "./log/logger.ts";
+import { canonicalDirectory } from "./platform/canonical-path.ts";
 import type { Policy } from "./policy/types.ts";
 import { authorityReporter } from "./rpc/authority.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
@@ -32,16 +35,24 @@ export async function keepRegistrationSocket(deps: AgentSocketDeps, slotsHeldByM
   const { registrationSocket } = policy.devicePlugins;
   if (registrationSocket === null || !policy.handlers.has("DevicePlugin")) return null;
   const slots = { limit: () => deps.policy().security.maxPlugins, heldElsewhere: slotsHeldByManager };
+  // The kubelet's restart signal is given once: kubelet.sock served again while running removes only stale sockets.
+  let starting = removesLiveSocketsAtStart(policy, deps.log);
+  const keepSockets = [policy.api.socket, policy.podResources.socket].filter((socket) => socket !== null);
   return SocketKeeper.start({
     ...keeping(deps, "device plugin registration socket", registrationSocket),
-    serve: () =>
-      serveRegistration({
+    serve: () => {
+      const removeLiveSockets = starting;
+      starting = false;
+      return serveRegistration({
         socketPath: registrationSocket,
         manager: deps.devices,
         log: deps.log,
         slots,
+        removeLiveSockets,
+        keepSockets,
         onAuthorityReplaced: authorityReporter(deps.log, "registration", () => deps.metrics?.observeAuthorityReplaced("registration")),
-      }),
+      });
+    },
   });
 }
 
@@ -60,4 +71,22 @@ export async function keepPodResourcesSocket(deps: AgentSocketDeps): Promise<Soc
         onAuthorityReplaced: authorityReporter(deps.log, "pod-resources", () => deps.metrics?.observeAuthorityReplaced("pod-resources")),
       }),
   });
+}
+
+/**
+ * devicePlugins.removeSocketsAtStart, except when kubelet.sock's directory
+ * is watched: the sockets there are the plugin watcher's, and their plugins
+ * (a CSI registrar) may never create them again.
+ */
+export function removesLiveSocketsAtStart(policy: Policy, log: Logger): boolean {
+  const { registrationSocket, removeSocketsAtStart } = policy.devicePlugins;
+  if (!removeSocketsAtStart || registrationSocket === null) return false;
+  const directory = canonicalDirectory(path.dirname(registrationSocket));
+  const watched = policy.watch.find((dir) => {
+    const relative = path.relative(canonicalDirectory(dir.path), directory);
+    return relative === "" || (dir.recursive && relative !== ".." && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative));
+  });
+  if (watched === undefined) return true;
+  log.info("device plugin sockets are left at start: their directory is watched", { directory, watch: watched.path });
+  return false;
 }

@@ -29,7 +29,8 @@ function agentPolicy(dir: string, options: { gracePeriodMs?: number; checkpointP
   const base = testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} }, checkpointPath: options.checkpointPath });
   return {
     ...base,
-    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: options.gracePeriodMs ?? 60_000 },
+    // The fake plugins here keep their socket across the agent's restart and register again on it.
+    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: options.gracePeriodMs ?? 60_000, removeSocketsAtStart: false },
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: "127.0.0.1:0" },
   };
 }

@@ -77,7 +77,7 @@ export function endpointRules(policy: Policy): WatchedEndpointRules {
   return {
     socketOwners: policy.security.socketOwners,
     watchDirs: policy.watch.map((dir) => dir.path),
-    ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket].filter((socket) => socket !== null),
+    ownSockets: [policy.devicePlugins.registrationSocket, policy.api.socket, policy.podResources.socket].filter((socket) => socket !== null),
   };
 }
 

@@ -44,6 +44,8 @@ export interface Policy {
     /** v1beta1 Registration server socket; null disables it. */
     registrationSocket: string | null;
     gracePeriodMs: number;
+    /** At start, remove live plugin sockets in the registration socket's directory too, as the kubelet does. */
+    removeSocketsAtStart: boolean;
   };
   podResources: {
     /** Socket of the kubelet's pod-resources API; null disables it. */

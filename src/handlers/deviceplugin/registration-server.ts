@@ -4,10 +4,15 @@
  * Register with their socket's file name relative to that directory, and
  * the call returns once edgeplug has connected back, as the kubelet's does.
  *
- * The directory is prepared as the kubelet does, except that only stale
- * sockets (that refuse connections) are removed: never the checkpoint,
- * never a file that is not a socket, never a live plugin's socket. A live
- * process on the registration socket itself is never taken over.
+ * The directory is prepared as the kubelet does at start: every socket in
+ * it is removed, live plugins' included, which is how a device plugin learns
+ * that it must register again (`removeLiveSockets`, the policy's
+ * devicePlugins.removeSocketsAtStart). Unlike the kubelet, nothing else goes:
+ * never the checkpoint, never a file that is not a socket, never a
+ * directory, never edgeplug's own sockets. Without `removeLiveSockets`, and
+ * when the socket is served again while the agent runs, only stale sockets
+ * (that refuse connections) are removed. A live process on the registration
+ * socket itself is never taken over.
  */
 import * as fs from "node:fs";
 import * as net from "node:net";
@@ -38,6 +43,10 @@ export interface RegistrationServerOptions {
   slots?: { limit: () => number; heldElsewhere: () => number };
   /** Told of each request whose `:authority` was no host (src/rpc/authority.ts); it is served as `localhost`. */
   onAuthorityReplaced?: (authority: string | undefined) => void;
+  /** Remove live plugins' sockets in the directory too, as the kubelet does at start (default: only stale ones). */
+  removeLiveSockets?: boolean;
+  /** Sockets never removed from the directory: edgeplug's own (the API and pod-resources sockets). */
+  keepSockets?: readonly string[];
 }
 
 export interface RegistrationServer extends UnixServer {
@@ -63,7 +72,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
     throw new Error(`cannot create the device-plugin directory ${directory}: ${messageOf(error)}`);
   }
   await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
-  await removeStaleSockets(directory, socketPath, log);
+  await removePluginSockets(directory, [socketPath, ...(options.keepSockets ?? [])], options.removeLiveSockets ?? false, log);
   // Plugins are untrusted here as everywhere: bounded like the API socket (docs/api.md, "Limits").
   const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
   const guard = new ConnectionGuard("device plugin registration socket", limits, log);
@@ -170,39 +179,54 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
   return refusal;
 }
 
+/** Most removed sockets named in the start's log line; the count is always there. */
+const MAX_NAMED_SOCKETS = 20;
+
 /**
- * Removes the sockets in `directory` that refuse connections (plugins that
- * died), as the kubelet's cleanup does for every file; live sockets, the
- * checkpoint and anything that is not a socket stay.
+ * Removes the sockets directly in `directory`, but not `keep`: every one
+ * with `removeLive` (the kubelet's restart signal to device plugins), else
+ * only those that refuse connections (plugins that died). The checkpoint,
+ * other files, symbolic links and directories stay.
  */
-async function removeStaleSockets(directory: string, registrationSocket: string, log: Logger): Promise<void> {
+async function removePluginSockets(directory: string, keep: readonly string[], removeLive: boolean, log: Logger): Promise<void> {
   let names: string[];
   try {
     names = fs.readdirSync(directory);
   } catch (error) {
     throw new Error(`cannot read the device-plugin directory ${directory}: ${messageOf(error)}`);
   }
+  const kept = new Set(keep.map((file) => path.resolve(file)));
+  const removed: string[] = [];
   await Promise.all(
     names.map(async (name) => {
       const file = path.join(directory, name);
-      if (file === registrationSocket) return;
+      if (kept.has(file)) return;
       let stat: fs.Stats;
       try {
         stat = fs.lstatSync(file);
       } catch {
         return;
       }
-      if (!stat.isSocket() || !(await refusesConnections(file))) return;
+      if (!stat.isSocket() || !(removeLive || (await refusesConnections(file)))) return;
       try {
+        // Only the socket looked at: one a plugin re-created meanwhile is already its answer to the restart.
         const again = fs.lstatSync(file);
-        if (again.ino !== stat.ino) return;
+        if (again.ino !== stat.ino || again.birthtimeMs !== stat.birthtimeMs) return;
         fs.unlinkSync(file);
-        log.info("removed stale device plugin socket", { socket: file });
+        removed.push(name);
       } catch (error) {
-        log.warn("cannot remove stale device plugin socket", { socket: file, error: messageOf(error) });
+        if ((error as { code?: string }).code === "ENOENT") return;
+        log.warn("cannot remove device plugin socket", { socket: file, error: messageOf(error) });
       }
     }),
   );
+  if (removed.length === 0) return;
+  removed.sort();
+  log.info(removeLive ? "removed device plugin sockets at start, as the kubelet does" : "removed stale device plugin sockets", {
+    directory,
+    count: removed.length,
+    sockets: removed.slice(0, MAX_NAMED_SOCKETS),
+  });
 }
 
 function refusesConnections(socketPath: string): Promise<boolean> {
