@@ -27,7 +27,7 @@ async function startAgent(t: TestContext, maxPlugins?: number) {
   const base = testPolicy({ watch: [registry], handlers: { DevicePlugin: {} }, maxPlugins });
   const policy: Policy = {
     ...base,
-    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: null },
   };
   const agent = new EdgeplugAgent({ policy, log: quiet });

@@ -33,7 +33,7 @@ async function agentWithPlugin(t: TestContext, plugin: Partial<FakeDevicePluginO
   const base = testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} } });
   const policy: Policy = {
     ...base,
-    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: "127.0.0.1:0" },
   };
   const agent = new EdgeplugAgent({ policy, log: createLogger({ level: "error", write: () => {} }) });

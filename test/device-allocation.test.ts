@@ -99,8 +99,26 @@ test("GetPreferredAllocation: the plugin's exact choice is taken, and it is aske
   assert.deepEqual(plugin.allocateCalls.at(-1), ["dev2", "dev1"]);
 });
 
-test("NUMA: devices come from one node that can hold the request, and the plugin is asked only about that node's devices", async (t) => {
+test("topologyPolicy none (the default, as a default kubelet): the plugin is offered every free device and its choice stands, whatever the NUMA nodes; single-numa-node from the next request after a reload", async (t) => {
   const devices = newManager(t);
+  const on = (id: string, ...nodes: number[]) => ({ ID: id, health: "Healthy", topology: { nodes: nodes.map((n) => ({ ID: String(n) })) } });
+  const plugin = await connected(t, devices, R1, {
+    devices: [on("a0", 0), on("b1", 1), on("c1", 1), on("d1", 1), on("e0", 0), { ID: "f", health: "Healthy" }],
+    getPreferredAllocationAvailable: true,
+    preferred: (available) => available.filter((id) => id === "a0" || id === "f"),
+  });
+  const [grant] = await devices.allocate(ask("p", { [R1]: 2 }));
+  assert.deepEqual(plugin.preferredCalls[0], { available: ["a0", "b1", "c1", "d1", "e0", "f"], mustInclude: [], size: 2 });
+  assert.deepEqual(grant!.devices, ["a0", "f"], "two NUMA nodes apart: the plugin chose");
+  assert.deepEqual([...devices.pods.get("p", "main", R1)!.byNode], [[0, ["a0"]], [-1, ["f"]]]);
+
+  devices.applySettings({ gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, topologyPolicy: "single-numa-node" });
+  await devices.allocate(ask("q", { [R1]: 2 }));
+  assert.deepEqual(plugin.preferredCalls[1], { available: ["b1", "c1", "d1"], mustInclude: [], size: 2 });
+});
+
+test("NUMA (single-numa-node): devices come from one node that can hold the request, and the plugin is asked only about that node's devices", async (t) => {
+  const devices = newManager(t, { topologyPolicy: "single-numa-node" });
   const on = (id: string, ...nodes: number[]) => ({ ID: id, health: "Healthy", topology: { nodes: nodes.map((n) => ({ ID: String(n) })) } });
   const plugin = await connected(t, devices, R1, {
     devices: [on("a0", 0), on("b1", 1), on("c1", 1), on("d1", 1), on("e0", 0), { ID: "f", health: "Healthy" }],
@@ -113,8 +131,8 @@ test("NUMA: devices come from one node that can hold the request, and the plugin
   assert.deepEqual([...devices.pods.get("p", "main", R1)!.byNode], [[1, ["b1", "c1"]]]);
 });
 
-test("NUMA: after the plugin moves devices to another node and marks one unhealthy, the next allocation follows the new list", async (t) => {
-  const devices = newManager(t);
+test("NUMA (single-numa-node): after the plugin moves devices to another node and marks one unhealthy, the next allocation follows the new list", async (t) => {
+  const devices = newManager(t, { topologyPolicy: "single-numa-node" });
   const on = (id: string, node: number, health = "Healthy") => ({ ID: id, health, topology: { nodes: [{ ID: String(node) }] } });
   const plugin = await connected(t, devices, R1, { devices: [on("a", 0), on("b", 0), on("c", 1), on("d", 1), on("e", 1)] });
   assert.deepEqual((await devices.allocate(ask("before", { [R1]: 2 }))).map((g) => g.devices), [["c", "d"]], "node 1 has the most");

@@ -30,7 +30,7 @@ function agentPolicy(dir: string, options: { gracePeriodMs?: number; checkpointP
   return {
     ...base,
     // The fake plugins here keep their socket across the agent's restart and register again on it.
-    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: options.gracePeriodMs ?? 60_000, removeSocketsAtStart: false },
+    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: options.gracePeriodMs ?? 60_000, removeSocketsAtStart: false, topologyPolicy: "none" },
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: "127.0.0.1:0" },
   };
 }

@@ -79,7 +79,7 @@ function agentPolicy(dir: string, options: { removeSocketsAtStart: boolean; watc
   const base = { watch: [options.watchPluginsDir ? pluginsDir : path.join(dir, "registry")], handlers: { DevicePlugin: {} }, checkpointPath: path.join(pluginsDir, "kubelet_internal_checkpoint") };
   return {
     ...testPolicy(base),
-    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: options.removeSocketsAtStart },
+    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: options.removeSocketsAtStart, topologyPolicy: "none" },
     // edgeplug's own sockets in the same directory are never removed.
     api: { socket: path.join(pluginsDir, "api.sock"), socketGroup: null, metrics: null },
   };

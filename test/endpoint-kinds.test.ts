@@ -33,7 +33,7 @@ async function startAgent(t: TestContext) {
   const plugins = path.join(dir, "plugins");
   fs.mkdirSync(plugins);
   const base = testPolicy({ watch: [registry], handlers: { DevicePlugin: {}, CSIPlugin: {}, DRAPlugin: {} } });
-  const policy: Policy = { ...base, devicePlugins: { registrationSocket: path.join(devicePlugins, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true } };
+  const policy: Policy = { ...base, devicePlugins: { registrationSocket: path.join(devicePlugins, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" } };
   const agent = new EdgeplugAgent({ policy, log: createLogger({ level: "error", write: () => {} }) });
   t.after(() => agent.stop());
   await agent.start();

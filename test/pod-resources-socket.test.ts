@@ -34,7 +34,7 @@ async function startAgent(t: TestContext, podResourcesSocket: (dir: string) => s
   const pluginsDir = path.join(scope.dir, "dp");
   const policy: Policy = {
     ...testPolicy({ watch: [path.join(scope.dir, "registry")], handlers: { DevicePlugin: {} } }),
-    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     podResources: { socket: podResourcesSocket(scope.dir) },
     api: { socket: path.join(scope.dir, "api.sock"), socketGroup: null, metrics: null },
   };

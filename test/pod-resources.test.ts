@@ -41,7 +41,7 @@ async function startAgent(t: TestContext) {
   const pluginsDir = path.join(dir, "dp");
   const policy: Policy = {
     ...testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} } }),
-    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: path.join(pluginsDir, "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     api: { socket: path.join(dir, "api.sock"), socketGroup: null, metrics: null },
   };
   const agent = new EdgeplugAgent({ policy, log: quiet });

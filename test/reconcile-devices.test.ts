@@ -26,7 +26,7 @@ const tegra = fs.readFileSync(new URL("fixtures/checkpoint/kubelet-tegra-allocat
 
 function policyIn(dir: string): Policy {
   const base = testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} } });
-  return { ...base, devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true } };
+  return { ...base, devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" } };
 }
 
 async function run(policy: Policy, timeoutMs = 10_000) {

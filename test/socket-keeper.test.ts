@@ -35,7 +35,7 @@ async function startAgent(t: TestContext, resyncMs = 3_600_000) {
   const base = testPolicy({ watch: [path.join(dir, "registry")], handlers: { DevicePlugin: {} }, resyncMs });
   const policy: Policy = {
     ...base,
-    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: path.join(dir, "dp", "kubelet.sock"), gracePeriodMs: 60_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     api: { socket: path.join(dir, "run", "api.sock"), socketGroup: null, metrics: "127.0.0.1:0" },
   };
   const agent = new EdgeplugAgent({ policy, log });

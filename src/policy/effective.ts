@@ -32,7 +32,7 @@ export interface FilledPolicy {
   watch: { path: string; recursive: boolean; types?: string[] }[];
   /** null for a built-in given as `DevicePlugin:` (ajv fills mappings only). */
   handlers: Record<string, FilledHandler | null>;
-  devicePlugins: { registrationSocket: string | null; gracePeriod: string; removeSocketsAtStart: boolean };
+  devicePlugins: { registrationSocket: string | null; gracePeriod: string; topologyPolicy: "none" | "single-numa-node"; removeSocketsAtStart: boolean };
   podResources: { socket: string | null };
   checkpoint: { path: string };
   reconcile: {
@@ -89,6 +89,7 @@ export function toPolicy(data: FilledPolicy, handlerOrder: readonly string[], so
     devicePlugins: {
       registrationSocket: devicePlugins.registrationSocket,
       gracePeriodMs: parseDuration(devicePlugins.gracePeriod),
+      topologyPolicy: devicePlugins.topologyPolicy,
       removeSocketsAtStart: devicePlugins.removeSocketsAtStart,
     },
     podResources: { socket: data.podResources.socket },
@@ -162,6 +163,7 @@ export function policyToData(policy: Policy): Record<string, unknown> {
     devicePlugins: {
       registrationSocket: policy.devicePlugins.registrationSocket,
       gracePeriod: ms(policy.devicePlugins.gracePeriodMs),
+      topologyPolicy: policy.devicePlugins.topologyPolicy,
       removeSocketsAtStart: policy.devicePlugins.removeSocketsAtStart,
     },
     podResources: { socket: policy.podResources.socket },

@@ -36,7 +36,7 @@ test("a minimal policy gets every default", () => {
       ["CSIPlugin", { type: "CSIPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] }],
       ["DRAPlugin", { type: "DRAPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] }],
     ]),
-    devicePlugins: { registrationSocket: "/var/lib/kubelet/device-plugins/kubelet.sock", gracePeriodMs: 300_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: "/var/lib/kubelet/device-plugins/kubelet.sock", gracePeriodMs: 300_000, topologyPolicy: "none", removeSocketsAtStart: true },
     podResources: { socket: "/var/lib/kubelet/pod-resources/kubelet.sock" },
     checkpoint: { path: "/var/lib/edgeplug/kubelet_internal_checkpoint" },
     reconcile: {
@@ -66,7 +66,7 @@ handlers:
   example.io/Greeter: { kind: generic, versions: [v1, v2], allow: ["example.io/*"], deny: ["*-beta"] }
   "42": { kind: generic }
   DevicePlugin:
-devicePlugins: { registrationSocket: null, gracePeriod: "0", removeSocketsAtStart: false }
+devicePlugins: { registrationSocket: null, gracePeriod: "0", removeSocketsAtStart: false, topologyPolicy: single-numa-node }
 podResources: { socket: null }
 reconcile: { resync: 1h, backoff: { initial: 1.5s, max: 1m }, timeouts: { dial: 250ms, getInfo: 2s, notify: 3s }, liveness: { interval: 30s } }
 security: { socketOwners: [1000], maxPlugins: 3, maxDevicesPerResource: 8 }
@@ -95,7 +95,7 @@ log: { level: debug, format: text }
     allow: ["*"],
     deny: [],
   });
-  assert.deepEqual(policy.devicePlugins, { registrationSocket: null, gracePeriodMs: 0, removeSocketsAtStart: false });
+  assert.deepEqual(policy.devicePlugins, { registrationSocket: null, gracePeriodMs: 0, topologyPolicy: "single-numa-node", removeSocketsAtStart: false });
   assert.deepEqual(policy.podResources, { socket: null });
   assert.deepEqual(policy.reconcile, {
     resyncMs: 3_600_000,

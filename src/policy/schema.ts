@@ -17,7 +17,7 @@
  */
 import { DURATION_PATTERN } from "./duration.ts";
 import { fleetSchema } from "./fleet-schema.ts";
-import { BUILTIN_PLUGIN_TYPES } from "./types.ts";
+import { BUILTIN_PLUGIN_TYPES, TOPOLOGY_POLICIES } from "./types.ts";
 import { LOG_FORMATS, LOG_LEVELS } from "../log/logger.ts";
 
 /** Go durations, plus the bare `"0"` Go also accepts. */
@@ -179,6 +179,13 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
         "/var/lib/kubelet/device-plugins/kubelet.sock",
       ),
       gracePeriod: duration("How long a disconnected resource is kept before it disappears", "5m"),
+      topologyPolicy: expecting(`one of ${TOPOLOGY_POLICIES.join(", ")}`, {
+        description:
+          "How allocation treats NUMA nodes, as the kubelet's topology manager policy: none (its default) offers every free device to GetPreferredAllocation; single-numa-node takes the devices of one NUMA node first when one can hold the request",
+        type: "string",
+        enum: [...TOPOLOGY_POLICIES],
+        default: "none",
+      }),
       removeSocketsAtStart: expecting("true or false", {
         description:
           "At start, remove every socket in the registration socket's directory, live ones included, as the kubelet does, so that device plugins see the restart and register again; false removes only sockets that refuse connections. Never the checkpoint, other files or directories; nothing in a watched directory",

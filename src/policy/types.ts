@@ -8,6 +8,10 @@ import type { LogFormat, LogLevel } from "../log/logger.ts";
 export const BUILTIN_PLUGIN_TYPES = ["DevicePlugin", "CSIPlugin", "DRAPlugin"] as const;
 export type BuiltinPluginType = (typeof BUILTIN_PLUGIN_TYPES)[number];
 
+/** The kubelet's topology manager policies that edgeplug's device choice follows (devicePlugins.topologyPolicy). */
+export const TOPOLOGY_POLICIES = ["none", "single-numa-node"] as const;
+export type TopologyPolicy = (typeof TOPOLOGY_POLICIES)[number];
+
 export function isBuiltinPluginType(type: string): type is BuiltinPluginType {
   return (BUILTIN_PLUGIN_TYPES as readonly string[]).includes(type);
 }
@@ -44,6 +48,8 @@ export interface Policy {
     /** v1beta1 Registration server socket; null disables it. */
     registrationSocket: string | null;
     gracePeriodMs: number;
+    /** How allocation treats NUMA nodes: "none" (the kubelet's default) or "single-numa-node". */
+    topologyPolicy: TopologyPolicy;
     /** At start, remove live plugin sockets in the registration socket's directory too, as the kubelet does. */
     removeSocketsAtStart: boolean;
   };

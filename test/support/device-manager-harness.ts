@@ -15,7 +15,7 @@ export const R1 = "domain1.com/resource1";
 export const R2 = "domain2.com/resource2";
 
 /** A quiet manager without a checkpoint (on the system clock unless given one), stopped after the test. */
-export function newManager(t: TestContext, options: { clock?: Clock } = {}): DeviceManager {
+export function newManager(t: TestContext, options: { clock?: Clock; topologyPolicy?: "none" | "single-numa-node" } = {}): DeviceManager {
   const devices = new DeviceManager({ log: createLogger({ level: "error", write: () => {} }), gracePeriodMs: 60_000, maxDevicesPerResource: 1000, dialTimeoutMs: 2000, store: null, ...options });
   t.after(() => devices.stop());
   return devices;

@@ -34,7 +34,7 @@ export function testPolicy(options: TestPolicyOptions): Policy {
     nodeName: "test-node",
     watch: options.watch.map((dir) => (typeof dir === "string" ? { path: dir, recursive: true, types: null } : { recursive: true, types: null, ...dir })),
     handlers,
-    devicePlugins: { registrationSocket: null, gracePeriodMs: 300_000, removeSocketsAtStart: true },
+    devicePlugins: { registrationSocket: null, gracePeriodMs: 300_000, removeSocketsAtStart: true, topologyPolicy: "none" },
     podResources: { socket: null },
     checkpoint: { path: options.checkpointPath ?? defaultCheckpointPath(options.watch) },
     reconcile: {

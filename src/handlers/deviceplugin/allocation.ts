@@ -11,7 +11,7 @@ import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { ALLOCATE_ANSWER_LIMITS, answerBytes, entryDeviceIds } from "./pod-devices.ts";
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
 import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
-import { chooseDevices, groupByNode } from "./topology.ts";
+import { chooseDevices, groupByNode, type TopologyPolicy } from "./topology.ts";
 
 export interface ResourceRequest {
   resource: string;
@@ -117,6 +117,7 @@ export async function allocate(
   request: AllocationRequest,
   resources: ResourceTable,
   pods: PodDevices,
+  topologyPolicy: TopologyPolicy = "none",
 ): Promise<{ granted: GrantedAllocation[]; fresh: ContainerDevices[] }> {
   const granted: GrantedAllocation[] = [];
   const fresh: ContainerDevices[] = [];
@@ -153,7 +154,7 @@ export async function allocate(
     const preferred = endpoint.options?.getPreferredAllocationAvailable
       ? (available: string[], mustInclude: string[], size: number) => endpoint.getPreferredAllocation(available, mustInclude, size, request.signal)
       : null;
-    const devices = await chooseDevices(free, count, preferred).catch((error: unknown) => {
+    const devices = await chooseDevices(free, count, preferred, topologyPolicy).catch((error: unknown) => {
       throw rpcFailure("GetPreferredAllocation", resource, request, error);
     });
     if (devices.length < count) {

@@ -28,6 +28,7 @@ import type { DeviceEvents } from "./device-events.ts";
 import { PLUGIN_CALL_TIMEOUTS } from "./endpoint.ts";
 import { entryDeviceIds, type ContainerDevices, type PodDevices } from "./pod-devices.ts";
 import type { ResourceTable } from "./resources.ts";
+import type { TopologyPolicy } from "./topology.ts";
 
 /**
  * Requests that may wait behind the running one: as many as the API socket
@@ -53,6 +54,8 @@ export interface AllocatorParts {
   events: DeviceEvents;
   log: Logger;
   maxDevices: () => number;
+  /** devicePlugins.topologyPolicy in force (a reload changes it for the next request). */
+  topologyPolicy: () => TopologyPolicy;
   stopped: () => boolean;
   /** Times each request's deadline. */
   clock: Clock;
@@ -133,7 +136,7 @@ export class Allocator {
     this.#inFlight = inFlight;
     let ran: Awaited<ReturnType<typeof allocate>>;
     try {
-      ran = await allocate({ ...request, signal }, resources, pods);
+      ran = await allocate({ ...request, signal }, resources, pods, this.#parts.topologyPolicy());
     } catch (error) {
       if (error instanceof AllocationDeadlineError) {
         log.warn("allocation passed its deadline", { owner: request.owner, resource: error.resource, call: error.call, deadlineMs: ALLOCATION_REQUEST_DEADLINE_MS });

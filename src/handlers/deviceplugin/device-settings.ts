@@ -8,6 +8,7 @@ export function deviceSettings(policy: Policy): DeviceSettings {
     gracePeriodMs: policy.devicePlugins.gracePeriodMs,
     maxDevicesPerResource: policy.security.maxDevicesPerResource,
     dialTimeoutMs: policy.reconcile.timeouts.dialMs,
+    topologyPolicy: policy.devicePlugins.topologyPolicy,
     endpointRules: endpointRules(policy),
   };
 }

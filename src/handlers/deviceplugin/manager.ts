@@ -85,6 +85,7 @@ export class DeviceManager {
       events: this.#events,
       log: this.#log,
       maxDevices: () => this.#settings.maxDevicesPerResource,
+      topologyPolicy: () => this.#settings.topologyPolicy,
       stopped: () => this.#stopped,
       clock,
       queueFull: options.observeAllocationQueueFull,
@@ -279,5 +280,5 @@ export class DeviceManager {
 
 function settingsWithDefaults(settings: DeviceSettings, rules: WatchedEndpointRules): Required<DeviceSettings> {
   const { gracePeriodMs, maxDevicesPerResource, dialTimeoutMs } = settings;
-  return { gracePeriodMs, maxDevicesPerResource, dialTimeoutMs, endpointRules: settings.endpointRules ?? rules };
+  return { gracePeriodMs, maxDevicesPerResource, dialTimeoutMs, topologyPolicy: settings.topologyPolicy ?? "none", endpointRules: settings.endpointRules ?? rules };
 }

@@ -112,7 +112,7 @@ test("the index's hint, split and choice agree with the plain per-device choice 
             : null;
         const [expectedCalls, calls] = [[], []] as unknown[][][];
         const expected = await model.choose(list, free, count, plugin(expectedCalls!));
-        assert.deepEqual(await chooseDevices(index, count, plugin(calls!)), expected, `${context} count ${count} preferred ${offersPreferred && JSON.stringify(answer)}`);
+        assert.deepEqual(await chooseDevices(index, count, plugin(calls!), "single-numa-node"), expected, `${context} count ${count} preferred ${offersPreferred && JSON.stringify(answer)}`);
         assert.deepEqual(calls, expectedCalls, `${context}: the plugin is asked the same`);
       }
     }

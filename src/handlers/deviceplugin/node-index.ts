@@ -146,6 +146,11 @@ export class FreeDevices {
     return this.#index.sorted.filter((id) => !this.#taken.has(id));
   }
 
+  /** The free devices, sorted, read only as far as the caller goes. */
+  *each(): Generator<string> {
+    for (const id of this.#index.sorted) if (!this.#taken.has(id)) yield id;
+  }
+
   /** The nodes free devices are grouped under (NO_NUMA_NODE for those without topology), with how many each. */
   grouped(): Map<number, number> {
     const groups = new Map(this.named);

@@ -22,8 +22,13 @@ function filterByAffinity(devices: DeviceList, available: readonly string[], hin
 
 const singleNodeHint = (devices: DeviceList, available: readonly string[], count: number) => topology.singleNodeHint(freeOf(devices, available), count);
 
-const chooseDevices = (devices: DeviceList, available: readonly string[], count: number, preferred: Parameters<typeof topology.chooseDevices>[2]) =>
-  topology.chooseDevices(freeOf(devices, available), count, preferred);
+const chooseDevices = (
+  devices: DeviceList,
+  available: readonly string[],
+  count: number,
+  preferred: Parameters<typeof topology.chooseDevices>[2],
+  policy: topology.TopologyPolicy = "single-numa-node",
+) => topology.chooseDevices(freeOf(devices, available), count, preferred, policy);
 
 test("TestFilterByAffinity: with hint node 2, each device lands in one set by the first of its nodes in the sorted order", () => {
   const devices = devicesOn({ dev1: [1], dev2: [1, 2], dev3: [2], dev4: [2] });
@@ -69,6 +74,26 @@ test("no node holds the request: the plugin is asked about every free device, th
   assert.deepEqual(calls, [{ available: ["a0", "b1", "n"], mustInclude: [], size: 3 }]);
   assert.deepEqual(await chooseDevices(devices, ["a0", "b1", "n"], 3, null), ["a0", "b1", "n"], "without GetPreferredAllocation");
   assert.deepEqual(await chooseDevices(devices, ["a0"], 2, null), ["a0"], "fewer than asked only when the sets run short");
+});
+
+test("policy none (the kubelet's default): the plugin is offered every free device, NUMA nodes aside, and its choice is taken as it is", async () => {
+  const devices = devicesOn({ a0: [0], b1: [1], c1: [1], d1: [1], n: [] });
+  const calls: unknown[] = [];
+  const picked = await chooseDevices(devices, ["a0", "b1", "c1", "d1", "n"], 2, async (available, mustInclude, size) => {
+    calls.push({ available, mustInclude, size });
+    return ["a0", "n", "b1"];
+  }, "none");
+  // single-numa-node would offer node 1's three devices only and keep none of these two.
+  assert.deepEqual(calls, [{ available: ["a0", "b1", "c1", "d1", "n"], mustInclude: [], size: 2 }]);
+  assert.deepEqual(picked, ["a0", "n"]);
+});
+
+test("policy none: what the plugin does not pick, or everything without GetPreferredAllocation, is taken in id order", async () => {
+  const devices = devicesOn({ a0: [0], b1: [1], c1: [1], n: [] });
+  const unknownAndTaken = async () => ["zz", "c1"];
+  assert.deepEqual(await chooseDevices(devices, ["a0", "c1", "n"], 3, unknownAndTaken, "none"), ["c1", "a0", "n"], "an id that is not free is ignored");
+  assert.deepEqual(await chooseDevices(devices, ["a0", "b1", "c1", "n"], 2, null, "none"), ["a0", "b1"], "node 1 could hold both: no matter");
+  assert.deepEqual(await chooseDevices(devices, ["a0"], 2, null, "none"), ["a0"], "fewer than asked only when devices run short");
 });
 
 test("allocated devices are grouped under each of their NUMA nodes, -1 for none, as the checkpoint keeps them", () => {

@@ -1,13 +1,21 @@
 /**
- * The kubelet's device choice (devicesToAllocate, filterByAffinity): split
- * the available devices by NUMA alignment with a hint, take aligned devices
- * first, let the plugin's preferred allocation decide the rest, then fall
- * back to unaligned and topology-less devices. edgeplug has no topology
- * manager; its hint is the one NUMA node that can hold the whole request on
- * its own (the one with most free devices), as a single-numa-node policy
- * would choose, or none.
+ * The kubelet's device choice (devicesToAllocate, filterByAffinity) under
+ * the topology manager policies edgeplug follows (devicePlugins.topologyPolicy):
+ *
+ * - `none`, the kubelet's default: there is no NUMA hint, so every free
+ *   device is in the no-affinity set. The plugin's GetPreferredAllocation is
+ *   offered every free device, and what it does not pick is taken in id order.
+ * - `single-numa-node`: split the free devices by NUMA alignment with a hint,
+ *   take aligned devices first, let the plugin's preferred allocation decide
+ *   the rest, then fall back to unaligned and topology-less devices. edgeplug
+ *   has no topology manager; its hint is the one NUMA node that can hold the
+ *   whole request on its own (the one with most free devices), as a
+ *   single-numa-node policy would choose, or none.
  */
+import type { TopologyPolicy } from "../../policy/types.ts";
 import { NO_NUMA_NODE, type FreeDevices } from "./node-index.ts";
+
+export type { TopologyPolicy } from "../../policy/types.ts";
 
 /** Where each device is: its NUMA nodes, empty without topology (DeviceList answers it). */
 export interface DeviceNodes {
@@ -97,18 +105,18 @@ export function singleNodeHint(free: FreeDevices, count: number): number[] | nul
   return best === null ? null : [best];
 }
 
+/** A plugin's GetPreferredAllocation: the ids it prefers among `available`. */
+export type PreferredAllocation = (available: string[], mustInclude: string[], size: number) => Promise<string[]>;
+
 /**
- * Picks `count` of the free devices the kubelet's way; `preferred` is the
- * plugin's GetPreferredAllocation (null when the plugin does not offer it).
- * Returns fewer than `count` only if the sets run short. Without
- * `preferred` it reads only as many devices as it takes; the plugin is
- * sent the whole set it chooses from.
+ * Picks `count` of the free devices the kubelet's way under `policy`;
+ * `preferred` is the plugin's GetPreferredAllocation (null when the plugin
+ * does not offer it). Returns fewer than `count` only if the sets run short.
+ * Without `preferred` it reads only as many devices as it takes; the plugin
+ * is sent the whole set it chooses from.
  */
-export async function chooseDevices(
-  free: FreeDevices,
-  count: number,
-  preferred: ((available: string[], mustInclude: string[], size: number) => Promise<string[]>) | null,
-): Promise<string[]> {
+export async function chooseDevices(free: FreeDevices, count: number, preferred: PreferredAllocation | null, policy: TopologyPolicy = "none"): Promise<string[]> {
+  if (policy === "none") return chooseWithoutTopology(free, count, preferred);
   const split = filterByAffinity(free, singleNodeHint(free, count));
   const picked = new Set<string>();
   const takeFrom = (ids: Iterable<string>): boolean => {
@@ -132,6 +140,24 @@ export async function chooseDevices(
     return [...picked];
   }
   if (!takeFrom(split.devices("unaligned"))) takeFrom(split.devices("noAffinity"));
+  return [...picked];
+}
+
+/**
+ * The kubelet without a topology hint (policy `none`): its aligned set is
+ * empty, so GetPreferredAllocation gets every free device, and the devices
+ * it did not pick come from the no-affinity set (here in id order).
+ */
+async function chooseWithoutTopology(free: FreeDevices, count: number, preferred: PreferredAllocation | null): Promise<string[]> {
+  const picked = new Set<string>();
+  const takeFrom = (ids: Iterable<string>): void => {
+    for (const id of ids) {
+      if (picked.size >= count) return;
+      picked.add(id);
+    }
+  };
+  if (preferred) takeFrom((await preferred(free.all(), [], count)).filter((id) => free.has(id)));
+  if (picked.size < count) takeFrom(free.each());
   return [...picked];
 }
 

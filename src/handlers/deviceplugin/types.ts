@@ -2,6 +2,7 @@
  * The device manager's public shapes: its options, the changes it tells
  * subscribers of, and what status says about its checkpoint.
  */
+import type { TopologyPolicy } from "./topology.ts";
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
 import type { CheckpointWriteOutcome, CheckpointWriteStats } from "./checkpoint-writer.ts";
@@ -14,6 +15,8 @@ export interface DeviceSettings {
   gracePeriodMs: number;
   maxDevicesPerResource: number;
   dialTimeoutMs: number;
+  /** How allocation treats NUMA nodes (devicePlugins.topologyPolicy); default "none", the kubelet's. */
+  topologyPolicy?: TopologyPolicy;
   /** What a watched-directory plugin's endpoint may be (default: owned by root or the agent's uid; no other rule). */
   endpointRules?: WatchedEndpointRules;
 }

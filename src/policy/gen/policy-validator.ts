@@ -3,7 +3,7 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"},"removeSocketsAtStart":{"description":"At start, remove every socket in the registration socket's directory, live ones included, as the kubelet does, so that device plugins see the restart and register again; false removes only sockets that refuse connections. Never the checkpoint, other files or directories; nothing in a watched directory","type":"boolean","default":true}}},"podResources":{"description":"The kubelet's pod-resources API (v1.PodResourcesLister) where monitoring agents look for it","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket serving the pod-resources API with the kubelet's limits, besides the API socket; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/pod-resources/kubelet.sock"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}},"fleet":{"description":"Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published","type":"object","additionalProperties":false,"required":["brokers"],"properties":{"brokers":{"description":"Broker URLs (mqtt:// or mqtts://), tried in turn: the link moves to the next when one goes","minItems":1,"maxItems":16,"items":{"type":"string","pattern":"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},"type":"array"},"clientId":{"description":"MQTT client id; default: the node name (a broker ACL can then match topics to it)","type":"string","minLength":1,"maxLength":128},"prefix":{"description":"First topic levels: topics are PREFIX/v1/NODE/online, status and events","type":"string","pattern":"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$","maxLength":256,"default":"edgeplug"},"qos":{"description":"MQTT QoS of every publish","enum":[0,1],"default":1},"keepalive":{"description":"MQTT keepalive; the online topic is refreshed at this period too; above 0 and at most 18h12m15s (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"30s"},"usernameFile":{"description":"File holding the user name (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"passwordFile":{"description":"File holding the password (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"tls":{"description":"TLS for mqtts:// brokers (files in PEM)","type":"object","additionalProperties":false,"default":{},"properties":{"ca":{"description":"CA certificates the broker's certificate must chain to; null: the system's","type":["string","null"],"pattern":"^/","default":null},"cert":{"description":"Client certificate, with key; null: none","type":["string","null"],"pattern":"^/","default":null},"key":{"description":"Client private key, with cert; refused when group- or world-readable; null: none","type":["string","null"],"pattern":"^/","default":null}}},"minInterval":{"description":"Least time between two status publishes (the latest status wins); 0 publishes every change (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"events":{"description":"Publish each event on PREFIX/v1/NODE/events","type":"boolean","default":true}}}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","title":"edgeplug policy","description":"What edgeplug watches, which plugin types it accepts and where it keeps state (docs/policy.md)","type":"object","additionalProperties":false,"required":["version","watch"],"properties":{"version":{"description":"Policy format version; must be 1","const":1},"nodeName":{"description":"Name of this node; default: the host name","type":"string","minLength":1},"watch":{"description":"Registration directories to watch for plugin sockets; at least one","type":"array","minItems":1,"items":{"description":"One registration directory","type":"object","additionalProperties":false,"required":["path"],"properties":{"path":{"description":"Absolute path of the directory; created when missing; unique among watch entries","type":"string","pattern":"^/"},"recursive":{"description":"Watch sub-directories too","type":"boolean","default":true},"types":{"description":"Plugin types accepted from this directory, each a declared handler; default: every declared handler","minItems":1,"uniqueItems":true,"items":{"type":"string","minLength":1},"type":"array"}}}},"handlers":{"description":"Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins","type":"object","minProperties":1,"propertyNames":{"type":"string","minLength":1},"properties":{"DevicePlugin":{"description":"The built-in DevicePlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"CSIPlugin":{"description":"The built-in CSIPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"DRAPlugin":{"description":"The built-in DRAPlugin handler with the kubelet's behaviour; an empty mapping (or nothing) keeps its defaults","type":["object","null"],"additionalProperties":false,"properties":{"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}}},"additionalProperties":{"description":"Any other plugin type string: a generic handler that checks versions and names only","type":"object","additionalProperties":false,"required":["kind"],"properties":{"kind":{"description":"Must be \"generic\" for a type that is not built in","const":"generic"},"versions":{"description":"Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any","minItems":1,"items":{"type":"string","minLength":1},"type":"array"},"allow":{"description":"Plugin-name globs accepted (`*` matches any run of characters, `/` included)","items":{"type":"string"},"default":["*"],"type":"array"},"deny":{"description":"Plugin-name globs refused; deny wins over allow","items":{"type":"string"},"default":[],"type":"array"}}},"default":{"DevicePlugin":{},"CSIPlugin":{},"DRAPlugin":{}}},"devicePlugins":{"description":"Device plugin settings","type":"object","additionalProperties":false,"default":{},"properties":{"registrationSocket":{"description":"Socket of the v1beta1 Registration server device plugins call Register on; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/device-plugins/kubelet.sock"},"gracePeriod":{"description":"How long a disconnected resource is kept before it disappears (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5m"},"topologyPolicy":{"description":"How allocation treats NUMA nodes, as the kubelet's topology manager policy: none (its default) offers every free device to GetPreferredAllocation; single-numa-node takes the devices of one NUMA node first when one can hold the request","type":"string","enum":["none","single-numa-node"],"default":"none"},"removeSocketsAtStart":{"description":"At start, remove every socket in the registration socket's directory, live ones included, as the kubelet does, so that device plugins see the restart and register again; false removes only sockets that refuse connections. Never the checkpoint, other files or directories; nothing in a watched directory","type":"boolean","default":true}}},"podResources":{"description":"The kubelet's pod-resources API (v1.PodResourcesLister) where monitoring agents look for it","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket serving the pod-resources API with the kubelet's limits, besides the API socket; null disables it","type":["string","null"],"pattern":"^/","default":"/var/lib/kubelet/pod-resources/kubelet.sock"}}},"checkpoint":{"description":"Device state that survives restarts","type":"object","additionalProperties":false,"default":{},"properties":{"path":{"description":"File of the checkpoint, in the kubelet's kubelet_internal_checkpoint format","type":"string","pattern":"^/","default":"/var/lib/edgeplug/kubelet_internal_checkpoint"}}},"reconcile":{"description":"Registration timing","type":"object","additionalProperties":false,"default":{},"properties":{"resync":{"description":"Period of the full resync that catches missed events; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"backoff":{"description":"Per-socket exponential backoff between registration attempts","type":"object","additionalProperties":false,"default":{},"properties":{"initial":{"description":"First retry delay; above 0 and at most max (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"500ms"},"max":{"description":"Longest retry delay; above 0 (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"2m2s"}}},"timeouts":{"description":"Deadlines of the registration calls; each above 0","type":"object","additionalProperties":false,"default":{},"properties":{"dial":{"description":"Connecting to a plugin socket, HTTP/2 handshake included (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"10s"},"getInfo":{"description":"The GetInfo call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"notify":{"description":"The NotifyRegistrationStatus call (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"5s"}}},"liveness":{"description":"Checks that registered plugins still listen (device plugins and DRA drivers are watched through their connection anyway)","type":"object","additionalProperties":false,"default":{},"properties":{"interval":{"description":"Period of a connect-only dial of each registered plugin's socket; one that refuses becomes stale; 0 turns the checks off (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"0s"}}}}},"security":{"description":"Limits on what plugins may do","type":"object","additionalProperties":false,"default":{},"properties":{"socketOwners":{"description":"uids allowed to own a registration socket; the list is exact; default: 0 and the agent's own uid","type":"array","minItems":1,"items":{"type":"integer","minimum":0,"maximum":4294967295}},"maxPlugins":{"description":"Most plugins registered at once, from the watched directories and kubelet.sock together","type":"integer","minimum":1,"default":1024},"maxDevicesPerResource":{"description":"Most devices one resource may advertise","type":"integer","minimum":1,"default":100000}}},"api":{"description":"The local API and metrics","type":"object","additionalProperties":false,"default":{},"properties":{"socket":{"description":"Unix socket of the local API; null disables it","type":["string","null"],"pattern":"^/","default":"/run/edgeplug/api.sock"},"socketGroup":{"description":"Group owning the API socket (mode 0660) so non-root operators can use status; null leaves the group unchanged","type":["string","null"],"minLength":1,"default":null},"metrics":{"description":"host:port serving Prometheus /metrics, /healthz and /readyz; null disables it","type":["string","null"],"pattern":"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$","default":null}}},"log":{"description":"Logging to stderr","type":"object","additionalProperties":false,"default":{},"properties":{"level":{"description":"Least severe level written","type":"string","enum":["debug","info","warn","error"],"default":"info"},"format":{"description":"json lines or key=value text","type":"string","enum":["json","text"],"default":"json"}}},"fleet":{"description":"Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published","type":"object","additionalProperties":false,"required":["brokers"],"properties":{"brokers":{"description":"Broker URLs (mqtt:// or mqtts://), tried in turn: the link moves to the next when one goes","minItems":1,"maxItems":16,"items":{"type":"string","pattern":"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},"type":"array"},"clientId":{"description":"MQTT client id; default: the node name (a broker ACL can then match topics to it)","type":"string","minLength":1,"maxLength":128},"prefix":{"description":"First topic levels: topics are PREFIX/v1/NODE/online, status and events","type":"string","pattern":"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$","maxLength":256,"default":"edgeplug"},"qos":{"description":"MQTT QoS of every publish","enum":[0,1],"default":1},"keepalive":{"description":"MQTT keepalive; the online topic is refreshed at this period too; above 0 and at most 18h12m15s (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"30s"},"usernameFile":{"description":"File holding the user name (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"passwordFile":{"description":"File holding the password (one line); null: none. Refused when group- or world-readable","type":["string","null"],"pattern":"^/","default":null},"tls":{"description":"TLS for mqtts:// brokers (files in PEM)","type":"object","additionalProperties":false,"default":{},"properties":{"ca":{"description":"CA certificates the broker's certificate must chain to; null: the system's","type":["string","null"],"pattern":"^/","default":null},"cert":{"description":"Client certificate, with key; null: none","type":["string","null"],"pattern":"^/","default":null},"key":{"description":"Client private key, with cert; refused when group- or world-readable; null: none","type":["string","null"],"pattern":"^/","default":null}}},"minInterval":{"description":"Least time between two status publishes (the latest status wins); 0 publishes every change (a Go duration like \"500ms\", \"10s\", \"2m2s\")","type":"string","pattern":"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$","default":"1s"},"events":{"description":"Publish each event on PREFIX/v1/NODE/events","type":"boolean","default":true}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^/", "u");
 const pattern2 = new RegExp("^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$", "u");
@@ -919,11 +919,14 @@ data38.registrationSocket = "/var/lib/kubelet/device-plugins/kubelet.sock";
 if(data38.gracePeriod === undefined){
 data38.gracePeriod = "5m";
 }
+if(data38.topologyPolicy === undefined){
+data38.topologyPolicy = "none";
+}
 if(data38.removeSocketsAtStart === undefined){
 data38.removeSocketsAtStart = true;
 }
 for(const key8 in data38){
-if(!(((key8 === "registrationSocket") || (key8 === "gracePeriod")) || (key8 === "removeSocketsAtStart"))){
+if(!((((key8 === "registrationSocket") || (key8 === "gracePeriod")) || (key8 === "topologyPolicy")) || (key8 === "removeSocketsAtStart"))){
 const err66 = {instancePath:instancePath+"/devicePlugins",schemaPath:"#/properties/devicePlugins/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key8},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err66];
@@ -980,8 +983,9 @@ vErrors.push(err70);
 }
 errors++;
 }
-if(typeof data38.removeSocketsAtStart !== "boolean"){
-const err71 = {instancePath:instancePath+"/devicePlugins/removeSocketsAtStart",schemaPath:"#/properties/devicePlugins/properties/removeSocketsAtStart/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+let data41 = data38.topologyPolicy;
+if(typeof data41 !== "string"){
+const err71 = {instancePath:instancePath+"/devicePlugins/topologyPolicy",schemaPath:"#/properties/devicePlugins/properties/topologyPolicy/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err71];
 }
@@ -990,9 +994,8 @@ vErrors.push(err71);
 }
 errors++;
 }
-}
-else {
-const err72 = {instancePath:instancePath+"/devicePlugins",schemaPath:"#/properties/devicePlugins/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(!((data41 === "none") || (data41 === "single-numa-node"))){
+const err72 = {instancePath:instancePath+"/devicePlugins/topologyPolicy",schemaPath:"#/properties/devicePlugins/properties/topologyPolicy/enum",keyword:"enum",params:{allowedValues: schema11.properties.devicePlugins.properties.topologyPolicy.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err72];
 }
@@ -1001,14 +1004,8 @@ vErrors.push(err72);
 }
 errors++;
 }
-let data42 = data.podResources;
-if(data42 && typeof data42 == "object" && !Array.isArray(data42)){
-if(data42.socket === undefined){
-data42.socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-}
-for(const key9 in data42){
-if(!(key9 === "socket")){
-const err73 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key9},message:"must NOT have additional properties"};
+if(typeof data38.removeSocketsAtStart !== "boolean"){
+const err73 = {instancePath:instancePath+"/devicePlugins/removeSocketsAtStart",schemaPath:"#/properties/devicePlugins/properties/removeSocketsAtStart/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
 vErrors = [err73];
 }
@@ -1018,9 +1015,8 @@ vErrors.push(err73);
 errors++;
 }
 }
-let data43 = data42.socket;
-if((typeof data43 !== "string") && (data43 !== null)){
-const err74 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/type",keyword:"type",params:{type: schema11.properties.podResources.properties.socket.type},message:"must be string,null"};
+else {
+const err74 = {instancePath:instancePath+"/devicePlugins",schemaPath:"#/properties/devicePlugins/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err74];
 }
@@ -1029,9 +1025,14 @@ vErrors.push(err74);
 }
 errors++;
 }
-if(typeof data43 === "string"){
-if(!pattern0.test(data43)){
-const err75 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+let data43 = data.podResources;
+if(data43 && typeof data43 == "object" && !Array.isArray(data43)){
+if(data43.socket === undefined){
+data43.socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+}
+for(const key9 in data43){
+if(!(key9 === "socket")){
+const err75 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key9},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err75];
 }
@@ -1041,9 +1042,9 @@ vErrors.push(err75);
 errors++;
 }
 }
-}
-else {
-const err76 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data44 = data43.socket;
+if((typeof data44 !== "string") && (data44 !== null)){
+const err76 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/type",keyword:"type",params:{type: schema11.properties.podResources.properties.socket.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err76];
 }
@@ -1052,14 +1053,9 @@ vErrors.push(err76);
 }
 errors++;
 }
-let data44 = data.checkpoint;
-if(data44 && typeof data44 == "object" && !Array.isArray(data44)){
-if(data44.path === undefined){
-data44.path = "/var/lib/edgeplug/kubelet_internal_checkpoint";
-}
-for(const key10 in data44){
-if(!(key10 === "path")){
-const err77 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key10},message:"must NOT have additional properties"};
+if(typeof data44 === "string"){
+if(!pattern0.test(data44)){
+const err77 = {instancePath:instancePath+"/podResources/socket",schemaPath:"#/properties/podResources/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err77];
 }
@@ -1069,10 +1065,9 @@ vErrors.push(err77);
 errors++;
 }
 }
-let data45 = data44.path;
-if(typeof data45 === "string"){
-if(!pattern0.test(data45)){
-const err78 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+else {
+const err78 = {instancePath:instancePath+"/podResources",schemaPath:"#/properties/podResources/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err78];
 }
@@ -1081,9 +1076,14 @@ vErrors.push(err78);
 }
 errors++;
 }
+let data45 = data.checkpoint;
+if(data45 && typeof data45 == "object" && !Array.isArray(data45)){
+if(data45.path === undefined){
+data45.path = "/var/lib/edgeplug/kubelet_internal_checkpoint";
 }
-else {
-const err79 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/type",keyword:"type",params:{type: "string"},message:"must be string"};
+for(const key10 in data45){
+if(!(key10 === "path")){
+const err79 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key10},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err79];
 }
@@ -1093,8 +1093,10 @@ vErrors.push(err79);
 errors++;
 }
 }
-else {
-const err80 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data46 = data45.path;
+if(typeof data46 === "string"){
+if(!pattern0.test(data46)){
+const err80 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err80];
 }
@@ -1103,23 +1105,9 @@ vErrors.push(err80);
 }
 errors++;
 }
-let data46 = data.reconcile;
-if(data46 && typeof data46 == "object" && !Array.isArray(data46)){
-if(data46.resync === undefined){
-data46.resync = "10s";
 }
-if(data46.backoff === undefined){
-data46.backoff = {};
-}
-if(data46.timeouts === undefined){
-data46.timeouts = {};
-}
-if(data46.liveness === undefined){
-data46.liveness = {};
-}
-for(const key11 in data46){
-if(!((((key11 === "resync") || (key11 === "backoff")) || (key11 === "timeouts")) || (key11 === "liveness"))){
-const err81 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key11},message:"must NOT have additional properties"};
+else {
+const err81 = {instancePath:instancePath+"/checkpoint/path",schemaPath:"#/properties/checkpoint/properties/path/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err81];
 }
@@ -1129,10 +1117,8 @@ vErrors.push(err81);
 errors++;
 }
 }
-let data47 = data46.resync;
-if(typeof data47 === "string"){
-if(!pattern2.test(data47)){
-const err82 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+else {
+const err82 = {instancePath:instancePath+"/checkpoint",schemaPath:"#/properties/checkpoint/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err82];
 }
@@ -1141,9 +1127,23 @@ vErrors.push(err82);
 }
 errors++;
 }
+let data47 = data.reconcile;
+if(data47 && typeof data47 == "object" && !Array.isArray(data47)){
+if(data47.resync === undefined){
+data47.resync = "10s";
 }
-else {
-const err83 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data47.backoff === undefined){
+data47.backoff = {};
+}
+if(data47.timeouts === undefined){
+data47.timeouts = {};
+}
+if(data47.liveness === undefined){
+data47.liveness = {};
+}
+for(const key11 in data47){
+if(!((((key11 === "resync") || (key11 === "backoff")) || (key11 === "timeouts")) || (key11 === "liveness"))){
+const err83 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key11},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err83];
 }
@@ -1152,17 +1152,11 @@ vErrors.push(err83);
 }
 errors++;
 }
-let data48 = data46.backoff;
-if(data48 && typeof data48 == "object" && !Array.isArray(data48)){
-if(data48.initial === undefined){
-data48.initial = "500ms";
 }
-if(data48.max === undefined){
-data48.max = "2m2s";
-}
-for(const key12 in data48){
-if(!((key12 === "initial") || (key12 === "max"))){
-const err84 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key12},message:"must NOT have additional properties"};
+let data48 = data47.resync;
+if(typeof data48 === "string"){
+if(!pattern2.test(data48)){
+const err84 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err84];
 }
@@ -1172,10 +1166,8 @@ vErrors.push(err84);
 errors++;
 }
 }
-let data49 = data48.initial;
-if(typeof data49 === "string"){
-if(!pattern2.test(data49)){
-const err85 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+else {
+const err85 = {instancePath:instancePath+"/reconcile/resync",schemaPath:"#/properties/reconcile/properties/resync/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err85];
 }
@@ -1184,9 +1176,17 @@ vErrors.push(err85);
 }
 errors++;
 }
+let data49 = data47.backoff;
+if(data49 && typeof data49 == "object" && !Array.isArray(data49)){
+if(data49.initial === undefined){
+data49.initial = "500ms";
 }
-else {
-const err86 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data49.max === undefined){
+data49.max = "2m2s";
+}
+for(const key12 in data49){
+if(!((key12 === "initial") || (key12 === "max"))){
+const err86 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key12},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err86];
 }
@@ -1195,10 +1195,11 @@ vErrors.push(err86);
 }
 errors++;
 }
-let data50 = data48.max;
+}
+let data50 = data49.initial;
 if(typeof data50 === "string"){
 if(!pattern2.test(data50)){
-const err87 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err87 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err87];
 }
@@ -1209,7 +1210,7 @@ errors++;
 }
 }
 else {
-const err88 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err88 = {instancePath:instancePath+"/reconcile/backoff/initial",schemaPath:"#/properties/reconcile/properties/backoff/properties/initial/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err88];
 }
@@ -1218,9 +1219,10 @@ vErrors.push(err88);
 }
 errors++;
 }
-}
-else {
-const err89 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data51 = data49.max;
+if(typeof data51 === "string"){
+if(!pattern2.test(data51)){
+const err89 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err89];
 }
@@ -1229,20 +1231,9 @@ vErrors.push(err89);
 }
 errors++;
 }
-let data51 = data46.timeouts;
-if(data51 && typeof data51 == "object" && !Array.isArray(data51)){
-if(data51.dial === undefined){
-data51.dial = "10s";
 }
-if(data51.getInfo === undefined){
-data51.getInfo = "1s";
-}
-if(data51.notify === undefined){
-data51.notify = "5s";
-}
-for(const key13 in data51){
-if(!(((key13 === "dial") || (key13 === "getInfo")) || (key13 === "notify"))){
-const err90 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
+else {
+const err90 = {instancePath:instancePath+"/reconcile/backoff/max",schemaPath:"#/properties/reconcile/properties/backoff/properties/max/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err90];
 }
@@ -1252,10 +1243,8 @@ vErrors.push(err90);
 errors++;
 }
 }
-let data52 = data51.dial;
-if(typeof data52 === "string"){
-if(!pattern2.test(data52)){
-const err91 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+else {
+const err91 = {instancePath:instancePath+"/reconcile/backoff",schemaPath:"#/properties/reconcile/properties/backoff/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err91];
 }
@@ -1264,9 +1253,20 @@ vErrors.push(err91);
 }
 errors++;
 }
+let data52 = data47.timeouts;
+if(data52 && typeof data52 == "object" && !Array.isArray(data52)){
+if(data52.dial === undefined){
+data52.dial = "10s";
 }
-else {
-const err92 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data52.getInfo === undefined){
+data52.getInfo = "1s";
+}
+if(data52.notify === undefined){
+data52.notify = "5s";
+}
+for(const key13 in data52){
+if(!(((key13 === "dial") || (key13 === "getInfo")) || (key13 === "notify"))){
+const err92 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key13},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err92];
 }
@@ -1275,10 +1275,11 @@ vErrors.push(err92);
 }
 errors++;
 }
-let data53 = data51.getInfo;
+}
+let data53 = data52.dial;
 if(typeof data53 === "string"){
 if(!pattern2.test(data53)){
-const err93 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err93 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err93];
 }
@@ -1289,7 +1290,7 @@ errors++;
 }
 }
 else {
-const err94 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err94 = {instancePath:instancePath+"/reconcile/timeouts/dial",schemaPath:"#/properties/reconcile/properties/timeouts/properties/dial/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err94];
 }
@@ -1298,10 +1299,10 @@ vErrors.push(err94);
 }
 errors++;
 }
-let data54 = data51.notify;
+let data54 = data52.getInfo;
 if(typeof data54 === "string"){
 if(!pattern2.test(data54)){
-const err95 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+const err95 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err95];
 }
@@ -1312,7 +1313,7 @@ errors++;
 }
 }
 else {
-const err96 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err96 = {instancePath:instancePath+"/reconcile/timeouts/getInfo",schemaPath:"#/properties/reconcile/properties/timeouts/properties/getInfo/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err96];
 }
@@ -1321,9 +1322,10 @@ vErrors.push(err96);
 }
 errors++;
 }
-}
-else {
-const err97 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data55 = data52.notify;
+if(typeof data55 === "string"){
+if(!pattern2.test(data55)){
+const err97 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err97];
 }
@@ -1332,14 +1334,9 @@ vErrors.push(err97);
 }
 errors++;
 }
-let data55 = data46.liveness;
-if(data55 && typeof data55 == "object" && !Array.isArray(data55)){
-if(data55.interval === undefined){
-data55.interval = "0s";
 }
-for(const key14 in data55){
-if(!(key14 === "interval")){
-const err98 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
+else {
+const err98 = {instancePath:instancePath+"/reconcile/timeouts/notify",schemaPath:"#/properties/reconcile/properties/timeouts/properties/notify/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err98];
 }
@@ -1349,10 +1346,8 @@ vErrors.push(err98);
 errors++;
 }
 }
-let data56 = data55.interval;
-if(typeof data56 === "string"){
-if(!pattern2.test(data56)){
-const err99 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+else {
+const err99 = {instancePath:instancePath+"/reconcile/timeouts",schemaPath:"#/properties/reconcile/properties/timeouts/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err99];
 }
@@ -1361,9 +1356,14 @@ vErrors.push(err99);
 }
 errors++;
 }
+let data56 = data47.liveness;
+if(data56 && typeof data56 == "object" && !Array.isArray(data56)){
+if(data56.interval === undefined){
+data56.interval = "0s";
 }
-else {
-const err100 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+for(const key14 in data56){
+if(!(key14 === "interval")){
+const err100 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key14},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err100];
 }
@@ -1373,8 +1373,10 @@ vErrors.push(err100);
 errors++;
 }
 }
-else {
-const err101 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data57 = data56.interval;
+if(typeof data57 === "string"){
+if(!pattern2.test(data57)){
+const err101 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err101];
 }
@@ -1385,7 +1387,7 @@ errors++;
 }
 }
 else {
-const err102 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err102 = {instancePath:instancePath+"/reconcile/liveness/interval",schemaPath:"#/properties/reconcile/properties/liveness/properties/interval/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err102];
 }
@@ -1394,17 +1396,9 @@ vErrors.push(err102);
 }
 errors++;
 }
-let data57 = data.security;
-if(data57 && typeof data57 == "object" && !Array.isArray(data57)){
-if(data57.maxPlugins === undefined){
-data57.maxPlugins = 1024;
 }
-if(data57.maxDevicesPerResource === undefined){
-data57.maxDevicesPerResource = 100000;
-}
-for(const key15 in data57){
-if(!(((key15 === "socketOwners") || (key15 === "maxPlugins")) || (key15 === "maxDevicesPerResource"))){
-const err103 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
+else {
+const err103 = {instancePath:instancePath+"/reconcile/liveness",schemaPath:"#/properties/reconcile/properties/liveness/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err103];
 }
@@ -1414,11 +1408,8 @@ vErrors.push(err103);
 errors++;
 }
 }
-if(data57.socketOwners !== undefined){
-let data58 = data57.socketOwners;
-if(Array.isArray(data58)){
-if(data58.length < 1){
-const err104 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+else {
+const err104 = {instancePath:instancePath+"/reconcile",schemaPath:"#/properties/reconcile/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err104];
 }
@@ -1427,11 +1418,17 @@ vErrors.push(err104);
 }
 errors++;
 }
-const len14 = data58.length;
-for(let i15=0; i15<len14; i15++){
-let data59 = data58[i15];
-if(!(((typeof data59 == "number") && (!(data59 % 1) && !isNaN(data59))) && (isFinite(data59)))){
-const err105 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+let data58 = data.security;
+if(data58 && typeof data58 == "object" && !Array.isArray(data58)){
+if(data58.maxPlugins === undefined){
+data58.maxPlugins = 1024;
+}
+if(data58.maxDevicesPerResource === undefined){
+data58.maxDevicesPerResource = 100000;
+}
+for(const key15 in data58){
+if(!(((key15 === "socketOwners") || (key15 === "maxPlugins")) || (key15 === "maxDevicesPerResource"))){
+const err105 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err105];
 }
@@ -1440,9 +1437,12 @@ vErrors.push(err105);
 }
 errors++;
 }
-if((typeof data59 == "number") && (isFinite(data59))){
-if(data59 > 4294967295 || isNaN(data59)){
-const err106 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
+}
+if(data58.socketOwners !== undefined){
+let data59 = data58.socketOwners;
+if(Array.isArray(data59)){
+if(data59.length < 1){
+const err106 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err106];
 }
@@ -1451,8 +1451,11 @@ vErrors.push(err106);
 }
 errors++;
 }
-if(data59 < 0 || isNaN(data59)){
-const err107 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+const len14 = data59.length;
+for(let i15=0; i15<len14; i15++){
+let data60 = data59[i15];
+if(!(((typeof data60 == "number") && (!(data60 % 1) && !isNaN(data60))) && (isFinite(data60)))){
+const err107 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err107];
 }
@@ -1461,11 +1464,9 @@ vErrors.push(err107);
 }
 errors++;
 }
-}
-}
-}
-else {
-const err108 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if((typeof data60 == "number") && (isFinite(data60))){
+if(data60 > 4294967295 || isNaN(data60)){
+const err108 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4294967295},message:"must be <= 4294967295"};
 if(vErrors === null){
 vErrors = [err108];
 }
@@ -1474,10 +1475,8 @@ vErrors.push(err108);
 }
 errors++;
 }
-}
-let data60 = data57.maxPlugins;
-if(!(((typeof data60 == "number") && (!(data60 % 1) && !isNaN(data60))) && (isFinite(data60)))){
-const err109 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(data60 < 0 || isNaN(data60)){
+const err109 = {instancePath:instancePath+"/security/socketOwners/" + i15,schemaPath:"#/properties/security/properties/socketOwners/items/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err109];
 }
@@ -1486,9 +1485,11 @@ vErrors.push(err109);
 }
 errors++;
 }
-if((typeof data60 == "number") && (isFinite(data60))){
-if(data60 < 1 || isNaN(data60)){
-const err110 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+}
+}
+}
+else {
+const err110 = {instancePath:instancePath+"/security/socketOwners",schemaPath:"#/properties/security/properties/socketOwners/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err110];
 }
@@ -1498,9 +1499,9 @@ vErrors.push(err110);
 errors++;
 }
 }
-let data61 = data57.maxDevicesPerResource;
+let data61 = data58.maxPlugins;
 if(!(((typeof data61 == "number") && (!(data61 % 1) && !isNaN(data61))) && (isFinite(data61)))){
-const err111 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const err111 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err111];
 }
@@ -1511,7 +1512,7 @@ errors++;
 }
 if((typeof data61 == "number") && (isFinite(data61))){
 if(data61 < 1 || isNaN(data61)){
-const err112 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+const err112 = {instancePath:instancePath+"/security/maxPlugins",schemaPath:"#/properties/security/properties/maxPlugins/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err112];
 }
@@ -1521,9 +1522,9 @@ vErrors.push(err112);
 errors++;
 }
 }
-}
-else {
-const err113 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data62 = data58.maxDevicesPerResource;
+if(!(((typeof data62 == "number") && (!(data62 % 1) && !isNaN(data62))) && (isFinite(data62)))){
+const err113 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err113];
 }
@@ -1532,20 +1533,9 @@ vErrors.push(err113);
 }
 errors++;
 }
-let data62 = data.api;
-if(data62 && typeof data62 == "object" && !Array.isArray(data62)){
-if(data62.socket === undefined){
-data62.socket = "/run/edgeplug/api.sock";
-}
-if(data62.socketGroup === undefined){
-data62.socketGroup = null;
-}
-if(data62.metrics === undefined){
-data62.metrics = null;
-}
-for(const key16 in data62){
-if(!(((key16 === "socket") || (key16 === "socketGroup")) || (key16 === "metrics"))){
-const err114 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"};
+if((typeof data62 == "number") && (isFinite(data62))){
+if(data62 < 1 || isNaN(data62)){
+const err114 = {instancePath:instancePath+"/security/maxDevicesPerResource",schemaPath:"#/properties/security/properties/maxDevicesPerResource/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err114];
 }
@@ -1555,9 +1545,9 @@ vErrors.push(err114);
 errors++;
 }
 }
-let data63 = data62.socket;
-if((typeof data63 !== "string") && (data63 !== null)){
-const err115 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
+}
+else {
+const err115 = {instancePath:instancePath+"/security",schemaPath:"#/properties/security/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err115];
 }
@@ -1566,9 +1556,20 @@ vErrors.push(err115);
 }
 errors++;
 }
-if(typeof data63 === "string"){
-if(!pattern0.test(data63)){
-const err116 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+let data63 = data.api;
+if(data63 && typeof data63 == "object" && !Array.isArray(data63)){
+if(data63.socket === undefined){
+data63.socket = "/run/edgeplug/api.sock";
+}
+if(data63.socketGroup === undefined){
+data63.socketGroup = null;
+}
+if(data63.metrics === undefined){
+data63.metrics = null;
+}
+for(const key16 in data63){
+if(!(((key16 === "socket") || (key16 === "socketGroup")) || (key16 === "metrics"))){
+const err116 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err116];
 }
@@ -1578,9 +1579,9 @@ vErrors.push(err116);
 errors++;
 }
 }
-let data64 = data62.socketGroup;
+let data64 = data63.socket;
 if((typeof data64 !== "string") && (data64 !== null)){
-const err117 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
+const err117 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/type",keyword:"type",params:{type: schema11.properties.api.properties.socket.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err117];
 }
@@ -1590,8 +1591,8 @@ vErrors.push(err117);
 errors++;
 }
 if(typeof data64 === "string"){
-if(data64.length < 1){
-const err118 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(!pattern0.test(data64)){
+const err118 = {instancePath:instancePath+"/api/socket",schemaPath:"#/properties/api/properties/socket/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err118];
 }
@@ -1601,9 +1602,9 @@ vErrors.push(err118);
 errors++;
 }
 }
-let data65 = data62.metrics;
+let data65 = data63.socketGroup;
 if((typeof data65 !== "string") && (data65 !== null)){
-const err119 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
+const err119 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/type",keyword:"type",params:{type: schema11.properties.api.properties.socketGroup.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err119];
 }
@@ -1613,8 +1614,8 @@ vErrors.push(err119);
 errors++;
 }
 if(typeof data65 === "string"){
-if(!pattern13.test(data65)){
-const err120 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
+if(data65.length < 1){
+const err120 = {instancePath:instancePath+"/api/socketGroup",schemaPath:"#/properties/api/properties/socketGroup/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err120];
 }
@@ -1624,9 +1625,9 @@ vErrors.push(err120);
 errors++;
 }
 }
-}
-else {
-const err121 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data66 = data63.metrics;
+if((typeof data66 !== "string") && (data66 !== null)){
+const err121 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/type",keyword:"type",params:{type: schema11.properties.api.properties.metrics.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err121];
 }
@@ -1635,17 +1636,9 @@ vErrors.push(err121);
 }
 errors++;
 }
-let data66 = data.log;
-if(data66 && typeof data66 == "object" && !Array.isArray(data66)){
-if(data66.level === undefined){
-data66.level = "info";
-}
-if(data66.format === undefined){
-data66.format = "json";
-}
-for(const key17 in data66){
-if(!((key17 === "level") || (key17 === "format"))){
-const err122 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"};
+if(typeof data66 === "string"){
+if(!pattern13.test(data66)){
+const err122 = {instancePath:instancePath+"/api/metrics",schemaPath:"#/properties/api/properties/metrics/pattern",keyword:"pattern",params:{pattern: "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"},message:"must match pattern \""+"^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"+"\""};
 if(vErrors === null){
 vErrors = [err122];
 }
@@ -1655,9 +1648,9 @@ vErrors.push(err122);
 errors++;
 }
 }
-let data67 = data66.level;
-if(typeof data67 !== "string"){
-const err123 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+else {
+const err123 = {instancePath:instancePath+"/api",schemaPath:"#/properties/api/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err123];
 }
@@ -1666,8 +1659,17 @@ vErrors.push(err123);
 }
 errors++;
 }
-if(!((((data67 === "debug") || (data67 === "info")) || (data67 === "warn")) || (data67 === "error"))){
-const err124 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
+let data67 = data.log;
+if(data67 && typeof data67 == "object" && !Array.isArray(data67)){
+if(data67.level === undefined){
+data67.level = "info";
+}
+if(data67.format === undefined){
+data67.format = "json";
+}
+for(const key17 in data67){
+if(!((key17 === "level") || (key17 === "format"))){
+const err124 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err124];
 }
@@ -1676,9 +1678,10 @@ vErrors.push(err124);
 }
 errors++;
 }
-let data68 = data66.format;
+}
+let data68 = data67.level;
 if(typeof data68 !== "string"){
-const err125 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err125 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err125];
 }
@@ -1687,8 +1690,8 @@ vErrors.push(err125);
 }
 errors++;
 }
-if(!((data68 === "json") || (data68 === "text"))){
-const err126 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
+if(!((((data68 === "debug") || (data68 === "info")) || (data68 === "warn")) || (data68 === "error"))){
+const err126 = {instancePath:instancePath+"/log/level",schemaPath:"#/properties/log/properties/level/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.level.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err126];
 }
@@ -1697,9 +1700,9 @@ vErrors.push(err126);
 }
 errors++;
 }
-}
-else {
-const err127 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data69 = data67.format;
+if(typeof data69 !== "string"){
+const err127 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err127];
 }
@@ -1708,35 +1711,8 @@ vErrors.push(err127);
 }
 errors++;
 }
-if(data.fleet !== undefined){
-let data69 = data.fleet;
-if(data69 && typeof data69 == "object" && !Array.isArray(data69)){
-if(data69.prefix === undefined){
-data69.prefix = "edgeplug";
-}
-if(data69.qos === undefined){
-data69.qos = 1;
-}
-if(data69.keepalive === undefined){
-data69.keepalive = "30s";
-}
-if(data69.usernameFile === undefined){
-data69.usernameFile = null;
-}
-if(data69.passwordFile === undefined){
-data69.passwordFile = null;
-}
-if(data69.tls === undefined){
-data69.tls = {};
-}
-if(data69.minInterval === undefined){
-data69.minInterval = "1s";
-}
-if(data69.events === undefined){
-data69.events = true;
-}
-if(data69.brokers === undefined){
-const err128 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/required",keyword:"required",params:{missingProperty: "brokers"},message:"must have required property '"+"brokers"+"'"};
+if(!((data69 === "json") || (data69 === "text"))){
+const err128 = {instancePath:instancePath+"/log/format",schemaPath:"#/properties/log/properties/format/enum",keyword:"enum",params:{allowedValues: schema11.properties.log.properties.format.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err128];
 }
@@ -1745,9 +1721,9 @@ vErrors.push(err128);
 }
 errors++;
 }
-for(const key18 in data69){
-if(!(func2.call(schema11.properties.fleet.properties, key18))){
-const err129 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key18},message:"must NOT have additional properties"};
+}
+else {
+const err129 = {instancePath:instancePath+"/log",schemaPath:"#/properties/log/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err129];
 }
@@ -1756,12 +1732,35 @@ vErrors.push(err129);
 }
 errors++;
 }
+if(data.fleet !== undefined){
+let data70 = data.fleet;
+if(data70 && typeof data70 == "object" && !Array.isArray(data70)){
+if(data70.prefix === undefined){
+data70.prefix = "edgeplug";
 }
-if(data69.brokers !== undefined){
-let data70 = data69.brokers;
-if(Array.isArray(data70)){
-if(data70.length > 16){
-const err130 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/maxItems",keyword:"maxItems",params:{limit: 16},message:"must NOT have more than 16 items"};
+if(data70.qos === undefined){
+data70.qos = 1;
+}
+if(data70.keepalive === undefined){
+data70.keepalive = "30s";
+}
+if(data70.usernameFile === undefined){
+data70.usernameFile = null;
+}
+if(data70.passwordFile === undefined){
+data70.passwordFile = null;
+}
+if(data70.tls === undefined){
+data70.tls = {};
+}
+if(data70.minInterval === undefined){
+data70.minInterval = "1s";
+}
+if(data70.events === undefined){
+data70.events = true;
+}
+if(data70.brokers === undefined){
+const err130 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/required",keyword:"required",params:{missingProperty: "brokers"},message:"must have required property '"+"brokers"+"'"};
 if(vErrors === null){
 vErrors = [err130];
 }
@@ -1770,8 +1769,9 @@ vErrors.push(err130);
 }
 errors++;
 }
-if(data70.length < 1){
-const err131 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+for(const key18 in data70){
+if(!(func2.call(schema11.properties.fleet.properties, key18))){
+const err131 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key18},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err131];
 }
@@ -1780,12 +1780,12 @@ vErrors.push(err131);
 }
 errors++;
 }
-const len15 = data70.length;
-for(let i16=0; i16<len15; i16++){
-let data71 = data70[i16];
-if(typeof data71 === "string"){
-if(!pattern14.test(data71)){
-const err132 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/pattern",keyword:"pattern",params:{pattern: "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},message:"must match pattern \""+"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"+"\""};
+}
+if(data70.brokers !== undefined){
+let data71 = data70.brokers;
+if(Array.isArray(data71)){
+if(data71.length > 16){
+const err132 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/maxItems",keyword:"maxItems",params:{limit: 16},message:"must NOT have more than 16 items"};
 if(vErrors === null){
 vErrors = [err132];
 }
@@ -1794,9 +1794,8 @@ vErrors.push(err132);
 }
 errors++;
 }
-}
-else {
-const err133 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data71.length < 1){
+const err133 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err133];
 }
@@ -1805,10 +1804,12 @@ vErrors.push(err133);
 }
 errors++;
 }
-}
-}
-else {
-const err134 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const len15 = data71.length;
+for(let i16=0; i16<len15; i16++){
+let data72 = data71[i16];
+if(typeof data72 === "string"){
+if(!pattern14.test(data72)){
+const err134 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/pattern",keyword:"pattern",params:{pattern: "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"},message:"must match pattern \""+"^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"+"\""};
 if(vErrors === null){
 vErrors = [err134];
 }
@@ -1818,11 +1819,8 @@ vErrors.push(err134);
 errors++;
 }
 }
-if(data69.clientId !== undefined){
-let data72 = data69.clientId;
-if(typeof data72 === "string"){
-if(data72.length > 128){
-const err135 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
+else {
+const err135 = {instancePath:instancePath+"/fleet/brokers/" + i16,schemaPath:"#/properties/fleet/properties/brokers/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err135];
 }
@@ -1831,8 +1829,10 @@ vErrors.push(err135);
 }
 errors++;
 }
-if(data72.length < 1){
-const err136 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+}
+else {
+const err136 = {instancePath:instancePath+"/fleet/brokers",schemaPath:"#/properties/fleet/properties/brokers/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err136];
 }
@@ -1842,8 +1842,11 @@ vErrors.push(err136);
 errors++;
 }
 }
-else {
-const err137 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data70.clientId !== undefined){
+let data73 = data70.clientId;
+if(typeof data73 === "string"){
+if(data73.length > 128){
+const err137 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
 if(vErrors === null){
 vErrors = [err137];
 }
@@ -1852,11 +1855,8 @@ vErrors.push(err137);
 }
 errors++;
 }
-}
-let data73 = data69.prefix;
-if(typeof data73 === "string"){
-if(data73.length > 256){
-const err138 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/maxLength",keyword:"maxLength",params:{limit: 256},message:"must NOT have more than 256 characters"};
+if(data73.length < 1){
+const err138 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err138];
 }
@@ -1865,8 +1865,9 @@ vErrors.push(err138);
 }
 errors++;
 }
-if(!pattern15.test(data73)){
-const err139 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/pattern",keyword:"pattern",params:{pattern: "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"},message:"must match pattern \""+"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"+"\""};
+}
+else {
+const err139 = {instancePath:instancePath+"/fleet/clientId",schemaPath:"#/properties/fleet/properties/clientId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err139];
 }
@@ -1876,8 +1877,10 @@ vErrors.push(err139);
 errors++;
 }
 }
-else {
-const err140 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data74 = data70.prefix;
+if(typeof data74 === "string"){
+if(data74.length > 256){
+const err140 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/maxLength",keyword:"maxLength",params:{limit: 256},message:"must NOT have more than 256 characters"};
 if(vErrors === null){
 vErrors = [err140];
 }
@@ -1886,9 +1889,8 @@ vErrors.push(err140);
 }
 errors++;
 }
-let data74 = data69.qos;
-if(!((data74 === 0) || (data74 === 1))){
-const err141 = {instancePath:instancePath+"/fleet/qos",schemaPath:"#/properties/fleet/properties/qos/enum",keyword:"enum",params:{allowedValues: schema11.properties.fleet.properties.qos.enum},message:"must be equal to one of the allowed values"};
+if(!pattern15.test(data74)){
+const err141 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/pattern",keyword:"pattern",params:{pattern: "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"},message:"must match pattern \""+"^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$"+"\""};
 if(vErrors === null){
 vErrors = [err141];
 }
@@ -1897,10 +1899,9 @@ vErrors.push(err141);
 }
 errors++;
 }
-let data75 = data69.keepalive;
-if(typeof data75 === "string"){
-if(!pattern2.test(data75)){
-const err142 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+}
+else {
+const err142 = {instancePath:instancePath+"/fleet/prefix",schemaPath:"#/properties/fleet/properties/prefix/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err142];
 }
@@ -1909,9 +1910,9 @@ vErrors.push(err142);
 }
 errors++;
 }
-}
-else {
-const err143 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/type",keyword:"type",params:{type: "string"},message:"must be string"};
+let data75 = data70.qos;
+if(!((data75 === 0) || (data75 === 1))){
+const err143 = {instancePath:instancePath+"/fleet/qos",schemaPath:"#/properties/fleet/properties/qos/enum",keyword:"enum",params:{allowedValues: schema11.properties.fleet.properties.qos.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err143];
 }
@@ -1920,9 +1921,10 @@ vErrors.push(err143);
 }
 errors++;
 }
-let data76 = data69.usernameFile;
-if((typeof data76 !== "string") && (data76 !== null)){
-const err144 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.usernameFile.type},message:"must be string,null"};
+let data76 = data70.keepalive;
+if(typeof data76 === "string"){
+if(!pattern2.test(data76)){
+const err144 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err144];
 }
@@ -1931,9 +1933,9 @@ vErrors.push(err144);
 }
 errors++;
 }
-if(typeof data76 === "string"){
-if(!pattern0.test(data76)){
-const err145 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+else {
+const err145 = {instancePath:instancePath+"/fleet/keepalive",schemaPath:"#/properties/fleet/properties/keepalive/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err145];
 }
@@ -1942,10 +1944,9 @@ vErrors.push(err145);
 }
 errors++;
 }
-}
-let data77 = data69.passwordFile;
+let data77 = data70.usernameFile;
 if((typeof data77 !== "string") && (data77 !== null)){
-const err146 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.passwordFile.type},message:"must be string,null"};
+const err146 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.usernameFile.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err146];
 }
@@ -1956,7 +1957,7 @@ errors++;
 }
 if(typeof data77 === "string"){
 if(!pattern0.test(data77)){
-const err147 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+const err147 = {instancePath:instancePath+"/fleet/usernameFile",schemaPath:"#/properties/fleet/properties/usernameFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err147];
 }
@@ -1966,20 +1967,9 @@ vErrors.push(err147);
 errors++;
 }
 }
-let data78 = data69.tls;
-if(data78 && typeof data78 == "object" && !Array.isArray(data78)){
-if(data78.ca === undefined){
-data78.ca = null;
-}
-if(data78.cert === undefined){
-data78.cert = null;
-}
-if(data78.key === undefined){
-data78.key = null;
-}
-for(const key19 in data78){
-if(!(((key19 === "ca") || (key19 === "cert")) || (key19 === "key"))){
-const err148 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key19},message:"must NOT have additional properties"};
+let data78 = data70.passwordFile;
+if((typeof data78 !== "string") && (data78 !== null)){
+const err148 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/type",keyword:"type",params:{type: schema11.properties.fleet.properties.passwordFile.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err148];
 }
@@ -1988,10 +1978,9 @@ vErrors.push(err148);
 }
 errors++;
 }
-}
-let data79 = data78.ca;
-if((typeof data79 !== "string") && (data79 !== null)){
-const err149 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.ca.type},message:"must be string,null"};
+if(typeof data78 === "string"){
+if(!pattern0.test(data78)){
+const err149 = {instancePath:instancePath+"/fleet/passwordFile",schemaPath:"#/properties/fleet/properties/passwordFile/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err149];
 }
@@ -2000,9 +1989,21 @@ vErrors.push(err149);
 }
 errors++;
 }
-if(typeof data79 === "string"){
-if(!pattern0.test(data79)){
-const err150 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+}
+let data79 = data70.tls;
+if(data79 && typeof data79 == "object" && !Array.isArray(data79)){
+if(data79.ca === undefined){
+data79.ca = null;
+}
+if(data79.cert === undefined){
+data79.cert = null;
+}
+if(data79.key === undefined){
+data79.key = null;
+}
+for(const key19 in data79){
+if(!(((key19 === "ca") || (key19 === "cert")) || (key19 === "key"))){
+const err150 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key19},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err150];
 }
@@ -2012,9 +2013,9 @@ vErrors.push(err150);
 errors++;
 }
 }
-let data80 = data78.cert;
+let data80 = data79.ca;
 if((typeof data80 !== "string") && (data80 !== null)){
-const err151 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.cert.type},message:"must be string,null"};
+const err151 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.ca.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err151];
 }
@@ -2025,7 +2026,7 @@ errors++;
 }
 if(typeof data80 === "string"){
 if(!pattern0.test(data80)){
-const err152 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+const err152 = {instancePath:instancePath+"/fleet/tls/ca",schemaPath:"#/properties/fleet/properties/tls/properties/ca/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err152];
 }
@@ -2035,9 +2036,9 @@ vErrors.push(err152);
 errors++;
 }
 }
-let data81 = data78.key;
+let data81 = data79.cert;
 if((typeof data81 !== "string") && (data81 !== null)){
-const err153 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.key.type},message:"must be string,null"};
+const err153 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.cert.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err153];
 }
@@ -2048,7 +2049,7 @@ errors++;
 }
 if(typeof data81 === "string"){
 if(!pattern0.test(data81)){
-const err154 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
+const err154 = {instancePath:instancePath+"/fleet/tls/cert",schemaPath:"#/properties/fleet/properties/tls/properties/cert/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err154];
 }
@@ -2058,9 +2059,9 @@ vErrors.push(err154);
 errors++;
 }
 }
-}
-else {
-const err155 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/type",keyword:"type",params:{type: "object"},message:"must be object"};
+let data82 = data79.key;
+if((typeof data82 !== "string") && (data82 !== null)){
+const err155 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/type",keyword:"type",params:{type: schema11.properties.fleet.properties.tls.properties.key.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err155];
 }
@@ -2069,10 +2070,9 @@ vErrors.push(err155);
 }
 errors++;
 }
-let data82 = data69.minInterval;
 if(typeof data82 === "string"){
-if(!pattern2.test(data82)){
-const err156 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
+if(!pattern0.test(data82)){
+const err156 = {instancePath:instancePath+"/fleet/tls/key",schemaPath:"#/properties/fleet/properties/tls/properties/key/pattern",keyword:"pattern",params:{pattern: "^/"},message:"must match pattern \""+"^/"+"\""};
 if(vErrors === null){
 vErrors = [err156];
 }
@@ -2082,8 +2082,9 @@ vErrors.push(err156);
 errors++;
 }
 }
+}
 else {
-const err157 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err157 = {instancePath:instancePath+"/fleet/tls",schemaPath:"#/properties/fleet/properties/tls/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err157];
 }
@@ -2092,8 +2093,10 @@ vErrors.push(err157);
 }
 errors++;
 }
-if(typeof data69.events !== "boolean"){
-const err158 = {instancePath:instancePath+"/fleet/events",schemaPath:"#/properties/fleet/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+let data83 = data70.minInterval;
+if(typeof data83 === "string"){
+if(!pattern2.test(data83)){
+const err158 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/pattern",keyword:"pattern",params:{pattern: "^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"},message:"must match pattern \""+"^0$|^(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h)(?:(?:\\d+(?:\\.\\d*)?|\\.\\d+)(?:ns|us|µs|ms|s|m|h))*$"+"\""};
 if(vErrors === null){
 vErrors = [err158];
 }
@@ -2104,7 +2107,7 @@ errors++;
 }
 }
 else {
-const err159 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err159 = {instancePath:instancePath+"/fleet/minInterval",schemaPath:"#/properties/fleet/properties/minInterval/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err159];
 }
@@ -2113,15 +2116,36 @@ vErrors.push(err159);
 }
 errors++;
 }
-}
-}
-else {
-const err160 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(typeof data70.events !== "boolean"){
+const err160 = {instancePath:instancePath+"/fleet/events",schemaPath:"#/properties/fleet/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
 vErrors = [err160];
 }
 else {
 vErrors.push(err160);
+}
+errors++;
+}
+}
+else {
+const err161 = {instancePath:instancePath+"/fleet",schemaPath:"#/properties/fleet/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err161];
+}
+else {
+vErrors.push(err161);
+}
+errors++;
+}
+}
+}
+else {
+const err162 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err162];
+}
+else {
+vErrors.push(err162);
 }
 errors++;
 }
