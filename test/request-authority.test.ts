@@ -120,10 +120,10 @@ test("dist/edgeplug serves every :authority a gRPC client sends on the API socke
   const node = deviceNode(t);
   const agent = await startAgent(node);
   const kubeletSock = path.join(node.pluginsDir, "kubelet.sock");
-  // Answered by the service itself: Status succeeds, an empty Register is refused for its version (INVALID_ARGUMENT).
+  // Answered by the service itself: Status succeeds, an empty Register is refused for its version (UNKNOWN, as the kubelet's plain error).
   const targets = [
     { socket: node.apiSocket, rpc: "/edgeplug.v1.Agent/Status", served: "0" },
-    { socket: kubeletSock, rpc: "/v1beta1.Registration/Register", served: "3" },
+    { socket: kubeletSock, rpc: "/v1beta1.Registration/Register", served: "2" },
   ];
   for (const { socket, rpc, served } of targets) {
     for (const authority of AUTHORITIES) {

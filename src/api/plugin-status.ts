@@ -47,7 +47,8 @@ export interface SettleOptions {
 }
 
 export class PluginStatusCache implements PluginManagerObserver {
-  readonly #records = new Map<string, { record: PluginRecord; inode: string }>();
+  /** `cause`: why the socket's last answered attempt failed, named again once the socket goes stale. */
+  readonly #records = new Map<string, { record: PluginRecord; inode: string; cause: string | null }>();
   readonly #listeners = new Set<(change: PluginChange) => void>();
   readonly #log: Logger;
   readonly #stopped = new AbortController();
@@ -69,7 +70,7 @@ export class PluginStatusCache implements PluginManagerObserver {
       socket: change.socket, type: null, name: null, endpoint: null, versions: [], state: "pending", attempts: 0,
       registeredAt: null, error: null, reason: null, discoveredAt: change.current.discoveredAt, lastAttemptAt: null,
     };
-    this.#records.set(change.socket, { record, inode: change.current.inode });
+    this.#records.set(change.socket, { record, inode: change.current.inode, cause: null });
     this.#log.debug("plugin socket discovered", { socket: change.socket });
     this.#emit(record, false);
   }
@@ -81,9 +82,15 @@ export class PluginStatusCache implements PluginManagerObserver {
     record.lastAttemptAt = new Date(at);
   }
 
-  attemptEnded({ socket, inode, state, info, reason, error, endedAt }: AttemptReport): void {
-    const record = this.#recordOf({ socket, inode });
-    if (!record) return;
+  attemptEnded({ socket, inode, state, info, reason, error: attemptError, endedAt }: AttemptReport): void {
+    const tracked = this.#trackedOf({ socket, inode });
+    if (!tracked) return;
+    const { record } = tracked;
+    // A plugin that exits when refused (a CSI registrar whose NodeGetInfo failed) leaves a stale socket:
+    // status goes on naming what it was refused for, not only that nothing listens there now.
+    if (state === "failed") tracked.cause = attemptError;
+    else if (state === "registered") tracked.cause = null;
+    const error = state === "stale" && tracked.cause !== null ? `${attemptError} (before that: ${tracked.cause})` : attemptError;
     const changed = record.state !== state || record.error !== error;
     if (info) Object.assign(record, { ...info, versions: [...info.versions] });
     Object.assign(record, { state, reason, error, registeredAt: state === "registered" ? new Date(endedAt) : null });
@@ -137,8 +144,12 @@ export class PluginStatusCache implements PluginManagerObserver {
   }
 
   #recordOf(socket: SocketIdentity): PluginRecord | undefined {
+    return this.#trackedOf(socket)?.record;
+  }
+
+  #trackedOf(socket: SocketIdentity) {
     const tracked = this.#records.get(socket.socket);
-    return tracked?.inode === socket.inode ? tracked.record : undefined;
+    return tracked?.inode === socket.inode ? tracked : undefined;
   }
 
   #emit(record: PluginRecord, removed: boolean): void {

@@ -7,6 +7,7 @@
 import { createClient } from "@connectrpc/connect";
 import { Identity, Node, NodeServiceCapability_RPC_TypeSchema } from "../gen/csi/v1/csi_pb.ts";
 import type { Logger } from "../log/logger.ts";
+import { grpcStatusText } from "../rpc/rpc-error.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
 import { messageOf } from "../platform/error-message.ts";
 import type { PinnedSocket } from "../platform/pinned-socket.ts";
@@ -37,6 +38,14 @@ const MAX_NODE_ID_BYTES = 256;
 const MAX_TOPOLOGY_BYTES = 4096;
 const MAX_STRING_BYTES = 128;
 const MAX_CAPABILITIES = 32;
+/**
+ * NodeGetInfo failed as a call: its message is the gRPC error as grpc-go
+ * prints it, which the kubelet passes on to the registrar unchanged.
+ */
+export class NodeGetInfoFailed extends Error {
+  override readonly name = "NodeGetInfoFailed";
+}
+
 /** Far above any answer these three calls give; a driver sending more is refused at the transport. */
 const READ_MAX_BYTES = 64 * 1024;
 
@@ -58,7 +67,7 @@ export async function queryCsiNode(driver: string, endpoint: string, socket: Pic
     try {
       answer = await node.nodeGetInfo({}, call);
     } catch (error) {
-      throw new Error(`NodeGetInfo on ${endpoint}: ${messageOf(error)}`, { cause: error });
+      throw new NodeGetInfoFailed(grpcStatusText(error), { cause: error });
     }
     const info: CsiNodeInfo = {
       nodeId: checkedNodeId(answer.nodeId, endpoint),

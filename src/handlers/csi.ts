@@ -17,7 +17,7 @@ import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { messageOf } from "../platform/error-message.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
-import { queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
+import { NodeGetInfoFailed, queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
 import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
 
@@ -152,6 +152,8 @@ export class CsiDrivers {
     } catch (error) {
       // As the kubelet: a driver whose NodeGetInfo fails is unregistered; the plugin manager retries it.
       if (this.#drivers.get(plugin.name) === driver) this.#drivers.delete(plugin.name);
+      // The kubelet hands the call's own error on, so the registrar reads `rpc error: code = ... desc = ...`.
+      if (error instanceof NodeGetInfoFailed) throw error;
       throw new Error(`${CSI}: registrationHandler.RegisterPlugin failed at CSI.NodeGetInfo: ${messageOf(error)}`, { cause: error });
     } finally {
       // The queries are done and their channel closed: nothing dials it again.

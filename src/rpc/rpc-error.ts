@@ -86,3 +86,13 @@ function errorChain(reason: unknown): object[] {
   }
   return chain;
 }
+
+/**
+ * A failed call as a grpc-go client prints it, `rpc error: code = Unavailable
+ * desc = ...`: what the kubelet's handlers pass on, and so what a plugin reads
+ * inside a RegistrationStatus error. Connect's code names are grpc-go's.
+ */
+export function grpcStatusText(error: unknown): string {
+  const connectError = ConnectError.from(error);
+  return `rpc error: code = ${Code[connectError.code]} desc = ${connectError.rawMessage}`;
+}

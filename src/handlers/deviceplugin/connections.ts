@@ -7,6 +7,7 @@
  */
 import type { Logger } from "../../log/logger.ts";
 import { peerMessageOf } from "../../platform/error-message.ts";
+import { grpcStatusText } from "../../rpc/rpc-error.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { ConnectOptions, DeviceSettings } from "./types.ts";
@@ -49,7 +50,7 @@ export class PluginConnections {
       await endpoint.connect(options.signal);
     } catch (error) {
       endpoint.close();
-      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${peerMessageOf(error)}`);
+      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${peerMessageOf(grpcStatusText(error))}`);
     }
     if (stopped()) {
       endpoint.close();

@@ -83,7 +83,8 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
     router.service(Registration, {
       async register(request, context) {
         const fields = { resource: request.resourceName, endpoint: request.endpoint, version: request.version };
-        const refuse = (message: string, code = Code.InvalidArgument): never => {
+        // The kubelet returns plain errors here, which a grpc-go plugin reads as `rpc error: code = Unknown desc = ...`.
+        const refuse = (message: string, code = Code.Unknown): never => {
           log.warn("device plugin registration refused", { ...fields, reason: message });
           throw new ConnectError(message, code);
         };
@@ -106,7 +107,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
           await manager.connect(request.resourceName, endpoint.realPath, { signal: context.signal, viaRegistrationSocket: true, pinned: endpoint });
         } catch (error) {
           if (error instanceof ConnectError) throw error;
-          refuse(messageOf(error), Code.Unavailable);
+          refuse(messageOf(error));
         } finally {
           if (handedOver) registering--;
           else endpoint.close();
