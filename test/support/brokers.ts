@@ -220,6 +220,8 @@ export function writeFleetPolicy(dir: string, node: string, fleet: string): { pa
       "handlers:",
       "  acme.io/Sensor: { kind: generic, versions: [v1] }",
       "devicePlugins: { registrationSocket: null }",
+      // Not the kubelet's default path: fleet tests run several agents at once.
+      "podResources: { socket: null }",
       `checkpoint: { path: ${path.join(dir, "state", "kubelet_internal_checkpoint")} }`,
       "reconcile: { backoff: { initial: 50ms, max: 500ms } }",
       `api: { socket: ${apiSocket}, metrics: null }`,
