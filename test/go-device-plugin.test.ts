@@ -7,7 +7,7 @@
  * through the API with its preferred devices, registers again when its
  * socket is removed and when the agent restarts (the allocation restored
  * from the checkpoint), and the pod-resources client lists, gets and counts
- * what it holds.
+ * what it holds on the kubelet's pod-resources socket (podResources.socket).
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
@@ -63,12 +63,12 @@ test("a grpc-go device plugin registers on kubelet.sock by its bare path, is all
   assert.match(await plugin.waitForLine(/^PREFERRED /, { from: mark }), /^PREFERRED dev3,dev2$/);
   await plugin.waitForLine(/^PRESTART dev(3,dev2|2,dev3)$/, { from: mark });
 
-  // The kubelet's pod-resources client, dialling the same way.
+  // The kubelet's pod-resources client, dialling the same way, on the kubelet's own pod-resources path.
   const job1 = ["job-1", "edgeplug", [["main", { [DEV]: ["dev2", "dev3"] }]]];
-  assert.deepEqual(await listedPods(peers, node.apiSocket), [job1]);
-  const got = (await goPodResources(peers, node.apiSocket, "get", "job-1", "edgeplug")) as { pod_resources: GoPod };
+  assert.deepEqual(await listedPods(peers, node.podResourcesSocket), [job1]);
+  const got = (await goPodResources(peers, node.podResourcesSocket, "get", "job-1", "edgeplug")) as { pod_resources: GoPod };
   assert.deepEqual(podRow(got.pod_resources), job1);
-  const allocatable = (await goPodResources(peers, node.apiSocket, "allocatable")) as { devices: GoContainer["devices"] };
+  const allocatable = (await goPodResources(peers, node.podResourcesSocket, "allocatable")) as { devices: GoContainer["devices"] };
   assert.deepEqual(devicesByResource(allocatable.devices), { [DEV]: ["dev1", "dev2", "dev3"] }, "the unhealthy dev0 is not allocatable");
 
   // Its socket removed: it serves it afresh and registers again, as the kubelet's restart contract asks of plugins.
@@ -89,13 +89,13 @@ test("a grpc-go device plugin registers on kubelet.sock by its bare path, is all
   await plugin.waitForLine(/^REGISTERED$/, { from: mark });
   await agent.until("connected after the agent restarted, dev0 still unhealthy", (view) => view.resources.get(DEV)?.connected === true && view.resources.get(DEV)?.unhealthy.join() === "dev0" && view.resources.get(DEV)?.healthy.length === 3);
   assert.deepEqual((await statusJson(node.apiSocket)).allocations, before);
-  assert.deepEqual(await listedPods(peers, node.apiSocket), [job1]);
+  assert.deepEqual(await listedPods(peers, node.podResourcesSocket), [job1]);
 
   mark = plugin.lines().length;
   const more = await runEdgeplug(["allocate", "--owner", "job-2", `${DEV}=1`, "--api", node.apiSocket, "--output", "json"]);
   assert.equal(more.code, 0, more.stderr);
   assert.deepEqual((JSON.parse(more.stdout) as { allocations: { devices: string[] }[] }).allocations[0]?.devices, ["dev1"], "the devices held before the restart stay held");
   await plugin.waitForLine(/^ALLOCATE dev1$/, { from: mark });
-  assert.deepEqual(await listedPods(peers, node.apiSocket), [job1, ["job-2", "edgeplug", [["main", { [DEV]: ["dev1"] }]]]]);
+  assert.deepEqual(await listedPods(peers, node.podResourcesSocket), [job1, ["job-2", "edgeplug", [["main", { [DEV]: ["dev1"] }]]]]);
   assert.equal(await plugin.stop("SIGTERM"), 0);
 });
