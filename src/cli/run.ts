@@ -35,7 +35,7 @@ verdict is known, or when the timeout elapses.
 
 Options:
   --config PATH        the policy (default: /etc/edgeplug/policy.yaml if it exists, else the embedded default)
-  --reconcile-once     one pass, then a report; never binds api.socket or api.metrics
+  --reconcile-once     one pass, then a report; never binds api.socket, api.metrics or podResources.socket
   --timeout DUR        how long --reconcile-once retries (Go duration, more than 0, at most 596h31m23.647s; default 10s)
   --expect N           --reconcile-once waits for at least N registered plugins (watched
                        directories and kubelet.sock together)
