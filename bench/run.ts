@@ -27,6 +27,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   targets: () => import("./targets.ts"),
   authority: () => import("./authority.ts"),
   wear: () => import("./checkpoint-wear.ts"),
+  fleet: () => import("./fleet.ts"),
 };
 
 async function main(): Promise<number> {

@@ -93,25 +93,27 @@ export const fleetCommand: Command = {
       io.stderr(printable(`edgeplug fleet status: broker ${values.broker}: ${why}`) + "\n");
       return EXIT_FAILURE;
     };
+    /** The fleet as printed, and whether every node is fine. */
     const render = () => {
       const now = new Date();
       const rows = view.rows(now, staleMs);
-      return output === "json" ? JSON.stringify(fleetToJson(rows, view.leftOut), null, values.watch ? undefined : 2) + "\n" : fleetToText(rows, view.leftOut, now);
+      const json = fleetToJson(rows, view.leftOut);
+      return { text: output === "json" ? JSON.stringify(json, null, values.watch ? undefined : 2) + "\n" : fleetToText(rows, view.leftOut, now), ok: json.ok === true };
     };
-    const healthy = () => fleetToJson(view.rows(new Date(), staleMs), view.leftOut).ok === true;
     try {
       const topics = topicsOf(prefix);
       const read = await readRetained(client, topics, view, io.signal);
       if (read !== null) return fail(read);
-      io.stdout(render());
-      if (!values.watch) return healthy() || values["exit-zero"] ? EXIT_OK : EXIT_FAILURE;
+      const first = render();
+      io.stdout(first.text);
+      if (!values.watch) return first.ok || values["exit-zero"] ? EXIT_OK : EXIT_FAILURE;
       // Redrawn when what a row says changes, not when only an age moved on.
       let shown = signature(view, staleMs);
       const redraw = () => {
         const now = signature(view, staleMs);
         if (now === shown) return;
         shown = now;
-        io.stdout(output === "text" ? `\n${render()}` : render());
+        io.stdout(output === "text" ? `\n${render().text}` : render().text);
       };
       const ended = await watch(client, topics, view, io.signal, redraw);
       return ended === null ? EXIT_OK : fail(ended);
@@ -138,6 +140,7 @@ function connectOptions(broker: string, usernameFile: string | undefined, passwo
     connectTimeout: READ_TIMEOUT_MS,
     // 3.1.1: NATS's MQTT speaks no other, and a reader needs nothing of MQTT 5.
     protocolVersion: 4,
+    writeCache: false,
     ...(usernameFile === undefined ? {} : { username: readSecretLine(usernameFile, "--username-file") }),
     ...(passwordFile === undefined ? {} : { password: readSecretLine(passwordFile, "--password-file") }),
     ...(ca === undefined ? {} : { ca: readCredentialFile(ca, "--ca", false) }),

@@ -153,7 +153,26 @@ export async function startNatsCluster(t: CleansUpAfter): Promise<NatsServer[]> 
     servers.push({ url: `mqtt://127.0.0.1:${ports[6 + i]}`, child });
   }
   await Promise.all(ports.slice(6).map((port) => waitForPort(port, 30_000)));
+  // A server listens before its JetStream cluster has a leader; until then it refuses MQTT sessions.
+  await Promise.all(servers.map((server) => waitForMqttSession(server.url, 60_000)));
   return servers;
+}
+
+/** Resolves once `url` accepts an MQTT session (3.1.1), trying again until `timeoutMs`. */
+async function waitForMqttSession(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const client = connect(url, { clientId: `probe-${Math.random().toString(16).slice(2, 10)}`, protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 10_000 });
+    const accepted = await new Promise<boolean>((resolve) => {
+      client.once("connect", () => resolve(true));
+      client.once("error", () => resolve(false));
+      client.once("close", () => resolve(false));
+    });
+    await new Promise<void>((resolve) => client.end(true, {}, () => resolve()));
+    if (accepted) return;
+    if (Date.now() > deadline) throw new Error(`${url} accepted no MQTT session within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
 }
 
 export interface Received {
@@ -204,8 +223,8 @@ export async function subscribe(
   };
 }
 
-/** A policy file for an agent under `dir` with `fleet` as its fleet section (indented YAML), the registry created. */
-export function writeFleetPolicy(dir: string, node: string, fleet: string): { path: string; registry: string; apiSocket: string } {
+/** A policy file for an agent under `dir` with `fleet` as its fleet section (indented YAML; null: none), the registry created. */
+export function writeFleetPolicy(dir: string, node: string, fleet: string | null): { path: string; registry: string; apiSocket: string } {
   const registry = path.join(dir, "registry");
   fs.mkdirSync(registry, { recursive: true });
   const apiSocket = path.join(dir, "api.sock");
@@ -226,8 +245,7 @@ export function writeFleetPolicy(dir: string, node: string, fleet: string): { pa
       "reconcile: { backoff: { initial: 50ms, max: 500ms } }",
       `api: { socket: ${apiSocket}, metrics: null }`,
       "log: { level: info, format: json }",
-      "fleet:",
-      fleet,
+      ...(fleet === null ? [] : ["fleet:", fleet]),
       "",
     ].join("\n"),
   );
