@@ -34,6 +34,12 @@ test("a window of unacknowledged events; what was not acknowledged is sent again
   assert.equal(queue.waiting, 4);
 });
 
+test("events missed without a count make a gap whose dropped is null", () => {
+  const queue = new EventQueue(() => assert.fail("nothing counted"));
+  queue.addUnknownGap(7);
+  assert.equal(JSON.parse(gapPayload(queue.nextToSend(1)[0]!, new Date(0))).dropped, null);
+});
+
 test("an event the broker refuses is dropped and counted; one over the payload bound is never queued", () => {
   let drops = 0;
   const queue = new EventQueue(() => (drops += 1));

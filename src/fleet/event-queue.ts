@@ -15,7 +15,7 @@ export interface QueuedEvent {
   payload: string | null;
   /** The event's sequence (a gap: that of the first event it stands for). */
   sequence: number;
-  /** A gap: how many events it stands for. */
+  /** A gap: how many events it stands for (NaN: not known). */
   dropped: number;
   sent: boolean;
   done: boolean;
@@ -54,6 +54,11 @@ export class EventQueue {
     }
     this.#entries.push({ payload, sequence, dropped: 0, sent: false, done: false });
     this.#bytes += bytes;
+  }
+
+  /** Events were missed, how many is not known: a gap with `dropped: null` at `sequence`, the next event's number. */
+  addUnknownGap(sequence: number): void {
+    this.#entries.push({ payload: null, sequence, dropped: Number.NaN, sent: false, done: false });
   }
 
   /** The next entries to send, in order, so that at most `window` are unacknowledged; each is marked sent. */
@@ -99,7 +104,7 @@ export class EventQueue {
   }
 }
 
-/** The JSON of a gap: like an event, `kind: "gap"`; the next event's sequence is `sequence + dropped`. */
+/** The JSON of a gap: like an event, `kind: "gap"`; the next event's sequence is `sequence + dropped` (`dropped` null: not known). */
 export function gapPayload(entry: QueuedEvent, now: Date): string {
-  return JSON.stringify({ sequence: entry.sequence, time: now.toISOString(), kind: "gap", dropped: entry.dropped });
+  return JSON.stringify({ sequence: entry.sequence, time: now.toISOString(), kind: "gap", dropped: Number.isNaN(entry.dropped) ? null : entry.dropped });
 }

@@ -27,6 +27,8 @@ import { EventQueue, gapPayload } from "./event-queue.ts";
 
 /** Events published and not yet acknowledged at once. */
 const PUBLISH_WINDOW = 64;
+/** How often a refused or cut-off event subscription is tried again. */
+const RESUBSCRIBE_MS = 5_000;
 
 export type LinkState = "connecting" | "connected" | "error";
 
@@ -248,17 +250,37 @@ export class FleetLink {
     });
   }
 
+  /**
+   * Follows the agent's events (they also mark the status changed). A
+   * subscription refused (256 WatchEvents streams open) or cut off (10,000
+   * events behind) is tried again every {@link RESUBSCRIBE_MS}, and what was
+   * missed becomes a gap of unknown size; the link numbers events itself, so
+   * sequences go on across subscriptions.
+   */
   async #consumeEvents(events: EventStream): Promise<void> {
-    try {
-      for await (const event of events.subscribe(this.#abort.signal)) {
-        this.#statusDirty = true;
-        this.#scheduleStatus();
-        if (event.kind.case === "snapshot" || !this.policy.events) continue;
-        this.#queue.add(Number(event.sequence), JSON.stringify(eventToJson(event)));
-        this.#pump();
+    let sequence = 0;
+    let failing = false;
+    while (!this.#stopping) {
+      try {
+        for await (const event of events.subscribe(this.#abort.signal)) {
+          if (failing) this.#log.info("fleet link follows the agent's events again");
+          failing = false;
+          this.#statusDirty = true;
+          this.#scheduleStatus();
+          if (event.kind.case === "snapshot" || !this.policy.events) continue;
+          sequence += 1;
+          this.#queue.add(sequence, JSON.stringify({ ...eventToJson(event), sequence }));
+          this.#pump();
+        }
+        return;
+      } catch (error) {
+        if (this.#stopping) return;
+        if (!failing) this.#log.warn("fleet link cannot follow the agent's events; trying again", { error: messageOf(error) });
+        failing = true;
+        sequence += 1;
+        this.#queue.addUnknownGap(sequence);
+        await new Promise((resolve) => setTimeout(resolve, RESUBSCRIBE_MS));
       }
-    } catch (error) {
-      if (!this.#stopping) this.#log.error("fleet link stopped following events", { error: messageOf(error) });
     }
   }
 
