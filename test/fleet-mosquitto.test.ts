@@ -108,7 +108,7 @@ test("mosquitto stopped while 20 plugins churn: the agent reconnects by itself, 
     const status = watcherAfter.latest("edgeplug/v1/node-b/status") as { plugins?: { name: string }[] } | undefined;
     return watcherAfter.latest("edgeplug/v1/node-b/online")?.online === true && status?.plugins?.length === 1 && status.plugins[0]!.name === "acme.io/last";
   }, 65_000);
-  await watcherAfter.waitFor("every queued event", () => eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events").some((e) => e.plugin?.name === "acme.io/last" && e.plugin.state === "registered"), 10_000);
+  await watcherAfter.waitFor("every queued event", () => eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events").some((e) => e.plugin?.name === "acme.io/last" && e.plugin.state === "registered"), 30_000);
   const delivered = eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events");
   assert.equal(delivered.some((e) => e.kind === "gap"), false, "within the bound nothing is dropped");
   const sequences = delivered.map((e) => e.sequence);
