@@ -48,7 +48,7 @@ test("an alias bomb is refused at an alias, without expanding it", () => {
   assert.deepEqual(policy.watch[1]!.types, ["CSIPlugin"]);
 });
 
-test("a file over 1 MiB is refused as a whole, unparsed; /dev/zero cannot make the loader read forever", async () => {
+test("a file over 1 MiB is refused as a whole, unparsed; /dev/zero is not read at all", async () => {
   const big = `${minimal}# ${"x".repeat(MAX_POLICY_BYTES)}\n`;
   const error = rejection(big, "big.yaml");
   assert.equal(error.message, `big.yaml: expected a policy file of at most 1048576 bytes (1 MiB), got ${big.length} bytes`);
@@ -64,7 +64,7 @@ test("a file over 1 MiB is refused as a whole, unparsed; /dev/zero cannot make t
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
-  if (fs.existsSync("/dev/zero")) await assert.rejects(loadPolicyFile("/dev/zero"), /at most 1048576 bytes/);
+  if (fs.existsSync("/dev/zero")) await assert.rejects(loadPolicyFile("/dev/zero"), /\/dev\/zero: cannot read the policy file: expected a regular file, got a character device/);
 });
 
 test("an empty --config is named as such, not as a file at 0:0", async () => {

@@ -119,7 +119,10 @@ export interface LoadObserver {
 
 /**
  * Reads and parses a policy file, reading at most {@link MAX_POLICY_BYTES}
- * (+1 to tell a larger file): a FIFO or /dev/zero cannot make it read forever.
+ * (+1 to tell a larger file). Only a regular file is read: a FIFO, a device
+ * or a socket is refused without waiting on it (a FIFO with no writer would
+ * otherwise hold the open, and with it a reload, a stop or `validate`, until
+ * something writes to it).
  * A file that cannot be read is a {@link PolicyError} of the whole file.
  * The YAML scan runs in slices ({@link parsePolicyInSlices}).
  */
@@ -173,9 +176,14 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
+/** Opening never waits (a FIFO's open does without O_NONBLOCK) and never makes a terminal the agent's. */
+const OPEN_FLAGS = fs.constants.O_RDONLY | (fs.constants.O_NONBLOCK ?? 0) | (fs.constants.O_NOCTTY ?? 0);
+
 async function readBounded(path: string): Promise<Buffer> {
-  const fd = await open(path, "r");
+  const fd = await open(path, OPEN_FLAGS);
   try {
+    const kind = fileKind(await fstat(fd));
+    if (kind !== "a regular file") throw new Error(`expected a regular file, got ${kind}`);
     const buffer = Buffer.alloc(MAX_POLICY_BYTES + 1);
     let filled = 0;
     while (filled < buffer.length) {
@@ -196,8 +204,19 @@ async function readBounded(path: string): Promise<Buffer> {
  */
 const stat = promisify(fs.stat);
 const open = promisify(fs.open);
+const fstat = promisify(fs.fstat);
 const read = promisify(fs.read);
 const close = promisify(fs.close);
+
+function fileKind(stats: fs.Stats): string {
+  if (stats.isFile()) return "a regular file";
+  if (stats.isFIFO()) return "a FIFO";
+  if (stats.isCharacterDevice()) return "a character device";
+  if (stats.isBlockDevice()) return "a block device";
+  if (stats.isSocket()) return "a socket";
+  if (stats.isDirectory()) return "a directory";
+  return "a special file";
+}
 
 function fileIssue(file: string, message: string): PolicyIssue {
   return { file, line: 0, column: 0, path: "", message };
