@@ -19,10 +19,10 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { withServableAuthority } from "../rpc/authority.ts";
 import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
 import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
+import { connectRequestListener, HandlerFailureLog } from "../rpc/node-handler.ts";
 import type { Logger } from "../log/logger.ts";
 import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "./connection-guard.ts";
 import { serveHealthRequest, type Health, type HealthResponse } from "./health.ts";
@@ -118,9 +118,10 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
     return `rate limit exceeded (${rateLimiter.describe()}); retry later`;
   };
   const shutdown = new AbortController();
+  const failures = new HandlerFailureLog(log.with({ socket: socketPath }));
   const adapter = (routes: (router: ConnectRouter) => void) =>
     withServableAuthority(withPortableGrpcMessage(
-      connectNodeAdapter({
+      connectRequestListener({
         routes,
         ...API_PROTOCOLS,
         shutdownSignal: shutdown.signal,
@@ -134,7 +135,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
             throw new ConnectError(rateLimited(), Code.ResourceExhausted);
           }
         },
-      }),
+      }, failures),
     ), options.onAuthorityReplaced);
   const handler = adapter(options.routes);
   const binaryHandler = options.binaryRoutes ? adapter(options.binaryRoutes) : handler;

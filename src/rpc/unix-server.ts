@@ -5,10 +5,11 @@
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Duplex } from "node:stream";
+import { createLogger, type Logger } from "../log/logger.ts";
 import { withServableAuthority } from "./authority.ts";
 import { withPortableGrpcMessage } from "./grpc-message.ts";
+import { connectRequestListener, HandlerFailureLog } from "./node-handler.ts";
 
 export interface UnixServer extends AsyncDisposable {
   readonly socketPath: string;
@@ -38,6 +39,8 @@ export interface ServeUnixOptions {
   onClose?: () => void;
   /** Binds the listener instead of listen(socketPath); rejects when it cannot (src/api/socket-bind.ts binds privately). */
   bind?: (listener: net.Server) => Promise<void>;
+  /** Where a handler's failure is logged, one line each (node-handler.ts); default: warnings as JSON lines on stderr. */
+  log?: Logger;
 }
 
 /**
@@ -47,8 +50,9 @@ export interface ServeUnixOptions {
 export async function serveUnix(socketPath: string, routes: (router: ConnectRouter) => void, options: ServeUnixOptions = {}): Promise<UnixServer> {
   const { accept, onSession, onRequest, readMaxBytes } = options;
   const sessions = new Set<http2.ServerHttp2Session>();
+  const failures = new HandlerFailureLog(options.log ?? createLogger({ level: "warn" }));
   const handler = withServableAuthority(
-    withPortableGrpcMessage(connectNodeAdapter({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes })),
+    withPortableGrpcMessage(connectRequestListener({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes }, failures)),
     options.onAuthorityReplaced,
   );
   const server = http2.createServer(onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);

@@ -132,6 +132,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
       onAuthorityReplaced: options.onAuthorityReplaced,
       onClose: () => guard.destroyAll(),
       readMaxBytes: limits.maxRequestBodyBytes,
+      log,
       // Bound aside and linked into place, so that closing removes only this socket, never a file put there since.
       bind: async (listener) => void (inode = await bindPrivately(listener, socketPath, SOCKET_MODE, null, "device plugin registration")),
     },
