@@ -125,7 +125,7 @@ export class EdgeplugAgent {
       slotsHeldElsewhere: () => this.#registrationServer?.server?.slotsHeld ?? this.devices.registrationSocketPlugins,
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
-    this.events = new EventStream(() => this.status());
+    this.events = new EventStream(() => this.status(), undefined, undefined, { log: log.with({ component: "api" }) });
     this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry });
     this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({

@@ -16,6 +16,7 @@ import { AgentBinaryView, eventView, statusResponseView } from "./binary-answers
 import type { EventStream } from "./event-stream.ts";
 import { ALLOCATION_REQUEST_MAX_BYTES } from "./limits.ts";
 import { podResourcesRoutes } from "./pod-resources-service.ts";
+import { streamCutOffKey } from "./stream-cutoff.ts";
 
 export interface AgentServiceDeps {
   status: () => StatusResponse;
@@ -38,7 +39,7 @@ export function agentRoutes(deps: AgentServiceDeps): (router: ConnectRouter) => 
     if (deps.devices) podResourcesRoutes(deps.devices)(router);
     // One route per method, not router.service: Allocate and Release take options of their own.
     router.rpc(Agent.method.status, () => deps.status());
-    router.rpc(Agent.method.watchEvents, (_request, context) => deps.events.subscribe(context.signal));
+    router.rpc(Agent.method.watchEvents, (_request, context) => deps.events.subscribe(context.signal, context.values.get(streamCutOffKey)));
     allocationRoutes(router, deps);
   };
 }
@@ -49,7 +50,7 @@ export function binaryAgentRoutes(deps: AgentServiceDeps): (router: ConnectRoute
     if (deps.devices) podResourcesRoutes(deps.devices)(router);
     router.rpc(AgentBinaryView.method.status, () => statusResponseView(deps.status()));
     router.rpc(AgentBinaryView.method.watchEvents, async function* (_request, context) {
-      for await (const event of deps.events.subscribe(context.signal)) yield eventView(event);
+      for await (const event of deps.events.subscribe(context.signal, context.values.get(streamCutOffKey))) yield eventView(event);
     });
     allocationRoutes(router, deps);
   };

@@ -28,6 +28,7 @@ import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerRespo
 import { serveHealthRequest, type Health, type HealthResponse } from "./health.ts";
 import { API_RATE_LIMITS, API_SOCKET_LIMITS, ApiRateLimiter, type ApiRateLimits, type ListenerLimits } from "./limits.ts";
 import { routeByPreface } from "./protocol-router.ts";
+import { cutOffOf, streamCutOffKey } from "./stream-cutoff.ts";
 import { bindPrivately, removeIfOurs, resolveGroupId } from "./socket-bind.ts";
 import { claimSocketPath } from "./socket-guard.ts";
 
@@ -128,7 +129,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
         // docs/status-json.md: Status answers the canonical proto3 JSON with default values included.
         jsonOptions: { alwaysEmitImplicit: true },
         readMaxBytes: limits.maxRequestBodyBytes,
-        contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)),
+        contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)).set(streamCutOffKey, cutOffOf(request)),
         // Runs before the request body is read, so a refused call costs no parsing.
         requestGate: (context) => {
           if (!rateLimiter.admit(context.values.get(connectionKey))) {
