@@ -202,6 +202,8 @@ test("an allocation whose write has no outcome within the wait is undone and ref
   open();
   gate = null;
   await waitForDeviceState(devices, "the late write and the undo's write on disk", () => ownersOnDisk().length === 0);
+  // No write in flight any more, so the next one to start is the allocation's.
+  assert.equal(await devices.flush(), true);
 
   // The caller gives up while its write is on its way: the write decides, and it succeeds.
   gate = new Promise<void>((resolve) => (open = resolve));

@@ -17,7 +17,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { test } from "node:test";
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
@@ -82,11 +82,19 @@ function judge(model: Model, file: string, kill: number): void {
   model.undecidedReleases.clear();
 }
 
+function isRateLimited(error: unknown): boolean {
+  return error instanceof ConnectError && error.code === Code.ResourceExhausted;
+}
+
 /** Resolves once status shows the plugin connected again with a healthy device. */
 async function resourceBack(api: Client<typeof Agent>, kill: number): Promise<void> {
   const deadline = performance.now() + READY_TIMEOUT_MS;
   for (;;) {
-    const resource = (await api.status({})).resources.find((r) => r.name === RESOURCE);
+    const status = await api.status({}).catch((error: unknown) => {
+      if (isRateLimited(error)) return null;
+      throw error;
+    });
+    const resource = status?.resources.find((r) => r.name === RESOURCE);
     if (resource?.connected && resource.healthy.length > 0) return;
     if (performance.now() > deadline) throw new Error(`kill ${kill}: the plugin was not back within ${READY_TIMEOUT_MS} ms`);
     await new Promise((resolve) => setTimeout(resolve, 10));
@@ -111,7 +119,10 @@ async function churn(api: Client<typeof Agent>, model: Model, random: () => numb
         model.undecidedReleases.delete(owner);
         model.answered.releases++;
       } catch (error) {
-        if (!stopped()) throw error;
+        if (stopped()) return;
+        // The API's rate limit refused it before doing anything: the owner still holds its devices.
+        if (!isRateLimited(error)) throw error;
+        model.undecidedReleases.delete(owner);
       } finally {
         busy.delete(owner);
       }
