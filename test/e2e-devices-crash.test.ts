@@ -155,10 +155,11 @@ test(`kill -9 of the agent at random moments (${KILLS} kills): no answered alloc
   const checkpoint = path.join(node.pluginsDir, "kubelet_internal_checkpoint");
   const devices: TestDevice[] = healthyDevices(DEVICES);
   fs.mkdirSync(node.pluginsDir, { recursive: true });
-  const plugin = await startFakeDevicePlugin({ socketPath: path.join(node.pluginsDir, "crash.sock"), devices });
-  node.after(() => plugin.stop());
+  // Served again after each start, as a plugin does when the kubelet restarts (the agent clears the directory's sockets).
+  let plugin: Awaited<ReturnType<typeof startFakeDevicePlugin>> | undefined;
+  node.after(() => plugin?.stop());
   const random = seededRandom(0x5eed + KILLS);
-  const flap = () => plugin.setDevices(devices.map((device) => (random() < 0.15 ? { ...device, health: "Unhealthy" } : device)));
+  const flap = () => plugin?.setDevices(devices.map((device) => (random() < 0.15 ? { ...device, health: "Unhealthy" } : device)));
   const model: Model = { held: new Map(), undecidedAllocations: new Set(), undecidedReleases: new Set(), answered: { allocations: 0, releases: 0 } };
   let agent: AgentProcess | undefined;
   node.after(() => agent?.child.kill("SIGKILL"));
@@ -168,6 +169,8 @@ test(`kill -9 of the agent at random moments (${KILLS} kills): no answered alloc
     const channel = dialUnix(node.apiSocket);
     const api = createClient(Agent, channel.transport);
     let killed = false;
+    await plugin?.stop();
+    plugin = await startFakeDevicePlugin({ socketPath: path.join(node.pluginsDir, "crash.sock"), devices });
     const registered = registerDevicePlugin(path.join(node.pluginsDir, "kubelet.sock"), { endpoint: "crash.sock", resource_name: RESOURCE }).catch((error: unknown) => {
       if (!killed) throw error;
     });
