@@ -119,11 +119,16 @@ export class PluginConnections {
 
   readonly #listener: EndpointListener = {
     devices: (endpoint, devices) => {
+      const overNode = this.#options.resources.nodeDevicesRefusal(endpoint, devices);
+      if (overNode !== null) return this.#listener.refused(endpoint, overNode);
       if (!this.#options.resources.update(endpoint, devices)) return;
       this.#unlisted.delete(endpoint);
       this.#options.checkpointChanged(false);
     },
     unchanged: (endpoint, devices) => {
+      // The list this endpoint sent last may have been refused for the node's bound: it still is, until room is made.
+      const overNode = this.#options.resources.nodeDevicesRefusal(endpoint, devices);
+      if (overNode !== null) return this.#listener.refused(endpoint, overNode);
       this.#unlisted.delete(endpoint);
       if (this.#options.resources.unchanged(endpoint, devices)) this.#options.checkpointChanged(false);
     },

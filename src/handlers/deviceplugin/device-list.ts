@@ -108,6 +108,11 @@ export class DeviceList {
     return this.ids.map((id, i) => ({ id, healthy: this.isHealthy(i), numaNodes: this.nodesAt(i) }));
   }
 
+  /** A list of the devices whose ids are in `keep`, in this list's order. */
+  only(keep: ReadonlySet<string>): DeviceList {
+    return DeviceList.of(this.devices().filter((device) => keep.has(device.id)));
+  }
+
   /** Whether this list has exactly the ids of `other`, in the same order. */
   sameIds(other: DeviceList): boolean {
     if (other.ids === this.ids) return true;

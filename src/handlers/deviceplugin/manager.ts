@@ -24,6 +24,7 @@ import { allocationStatus, byName, ResourceStatusView } from "./device-status.ts
 import { PluginConnections } from "./connections.ts";
 import { DevicePluginHandler, type ConnectionLostContext } from "./handler.ts";
 import { PodDevices, type RestoreResult } from "./pod-devices.ts";
+import { MAX_DEPARTED_RESOURCES } from "./resource-bounds.ts";
 import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
 import type { CheckpointState, ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal } from "./endpoint-check.ts";
@@ -55,9 +56,11 @@ export class DeviceManager {
     this.#resources = new ResourceTable({
       clock,
       gracePeriodMs: options.gracePeriodMs,
-      changed: ({ resource, removed, connection }) => {
+      allocatedIds: (resource) => this.#pods.allocatedIds(resource),
+      changed: ({ resource, removed, connection, early }) => {
         if (removed) {
-          this.#log.info("resource removed after its grace period", { resource });
+          if (early) this.#log.warn("departed resource removed before its grace period: too many departed resources", { resource, limit: MAX_DEPARTED_RESOURCES });
+          else this.#log.info("resource removed after its grace period", { resource });
           this.#checkpoint.changed(false);
         }
         this.#events.resourceChanged(resource, removed, connection);

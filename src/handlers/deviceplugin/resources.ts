@@ -6,11 +6,13 @@
  * the last endpoint left. The last endpoint leaving turns every device
  * unhealthy at once and starts the grace period after which the resource
  * is removed; an endpoint leaving while a sibling remains changes nothing.
+ * Node-wide bounds on what it holds: resource-bounds.ts.
  */
 import type { Clock } from "../../platform/clock.ts";
 import { DeviceList } from "./device-list.ts";
 import type { DevicePluginEndpoint } from "./endpoint.ts";
 import { NodeIndex } from "./node-index.ts";
+import { boundDeparted, NO_ALLOCATIONS, nodeDevicesRefusal, RESOURCE_BOUNDS, type ResourceBounds } from "./resource-bounds.ts";
 
 export interface ResourceState {
   name: string;
@@ -26,19 +28,31 @@ export interface ResourceState {
   version: number;
 }
 
-/** `connection`: a plugin instance came or went, or the resource was removed; otherwise a new or refused list. */
-export type ResourceChange = { resource: string; removed: boolean; connection: boolean };
+/** `connection`: a plugin instance came or went, or the resource was removed (`early`: before its grace period); otherwise a new or refused list. */
+export type ResourceChange = { resource: string; removed: boolean; connection: boolean; early?: boolean };
 
 export class ResourceTable {
   readonly #resources = new Map<string, ResourceState>();
   readonly #clock: Clock;
   readonly #changed: (change: ResourceChange) => void;
+  readonly #allocatedIds: (resource: string) => ReadonlySet<string>;
+  readonly #bounds: ResourceBounds;
   #gracePeriodMs: number;
+  /** The devices of every resource together. */
+  #deviceCount = 0;
 
-  constructor(options: { clock: Clock; gracePeriodMs: number; changed: (change: ResourceChange) => void }) {
+  /** `allocatedIds`: the device ids allocations of a resource hold, what a departed resource keeps at least. */
+  constructor(options: { clock: Clock; gracePeriodMs: number; changed: (change: ResourceChange) => void; allocatedIds?: (resource: string) => ReadonlySet<string>; bounds?: ResourceBounds }) {
     this.#clock = options.clock;
     this.#gracePeriodMs = options.gracePeriodMs;
     this.#changed = options.changed;
+    this.#allocatedIds = options.allocatedIds ?? (() => NO_ALLOCATIONS);
+    this.#bounds = options.bounds ?? RESOURCE_BOUNDS;
+  }
+
+  /** Why `devices` may not become the list of `endpoint`'s resource: the node would hold more than its bound; or null. */
+  nodeDevicesRefusal(endpoint: DevicePluginEndpoint, devices: DeviceList): string | null {
+    return nodeDevicesRefusal(this.#deviceCount - (this.#resources.get(endpoint.resource)?.devices.size ?? 0) + devices.size, this.#bounds);
   }
 
   get gracePeriodMs(): number {
@@ -70,9 +84,7 @@ export class ResourceTable {
 
   /** A resource the checkpoint knew: present, disconnected, no devices until its plugin returns. */
   restoreDisconnected(name: string): void {
-    if (this.#resources.has(name)) return;
-    const state = this.#ensure(name);
-    this.#stop(state);
+    if (!this.#resources.has(name)) this.#stop(this.#ensure(name));
   }
 
   /** Adds a connected endpoint, replacing one on the same socket; returns the replaced one. */
@@ -108,7 +120,7 @@ export class ResourceTable {
   update(endpoint: DevicePluginEndpoint, devices: DeviceList): boolean {
     const state = this.#resources.get(endpoint.resource);
     if (!state || state.endpoints.get(endpoint.socket) !== endpoint) return false;
-    state.devices = devices;
+    this.#setDevices(state, devices);
     state.lastError = null;
     state.version++;
     this.#changed({ resource: state.name, removed: false, connection: false });
@@ -167,12 +179,35 @@ export class ResourceTable {
     return state;
   }
 
-  /** Every device unhealthy at once; removal after the grace period unless an endpoint returns. */
+  #setDevices(state: ResourceState, devices: DeviceList): void {
+    this.#deviceCount += devices.size - state.devices.size;
+    state.devices = devices;
+  }
+
+  /** Every device unhealthy at once; removal after the grace period unless an endpoint returns; departed resources bounded. */
   #stop(state: ResourceState): void {
     state.devices.health.fill(0);
     state.stoppedAt = this.#clock.now();
     state.version++;
     this.#armGrace(state, this.#gracePeriodMs);
+    this.#boundDeparted();
+  }
+
+  #boundDeparted(): void {
+    const { cut, remove } = boundDeparted(this.all().filter((state) => state.stoppedAt !== null), this.#allocatedIds, this.#bounds);
+    for (const [state, kept] of cut) {
+      this.#setDevices(state, kept);
+      state.version++;
+    }
+    for (const state of remove) this.#remove(state, true);
+  }
+
+  #remove(state: ResourceState, early: boolean): void {
+    state.cancelGrace?.();
+    state.cancelGrace = null;
+    this.#resources.delete(state.name);
+    this.#deviceCount -= state.devices.size;
+    this.#changed({ resource: state.name, removed: true, connection: true, early });
   }
 
   #armGrace(state: ResourceState, delayMs: number): void {
@@ -180,8 +215,7 @@ export class ResourceTable {
     state.cancelGrace = this.#clock.setTimer(() => {
       state.cancelGrace = null;
       if (this.#resources.get(state.name) !== state || state.endpoints.size > 0) return;
-      this.#resources.delete(state.name);
-      this.#changed({ resource: state.name, removed: true, connection: true });
+      this.#remove(state, false);
     }, delayMs);
   }
 }
