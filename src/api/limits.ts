@@ -107,6 +107,16 @@ export const POD_RESOURCES_RATE_LIMIT: RateLimit = { perSecond: 100, burst: 10 }
 /** The kubelet's words for a call over its rate limit. */
 export const POD_RESOURCES_RATE_LIMITED = "rejected by rate limit";
 
+/**
+ * The device-plugin registration socket: a plugin calls Register once when
+ * it starts (and when kubelet.sock is re-created); a node starting a few
+ * dozen plugins at once stays well under the socket's bucket.
+ */
+export const REGISTRATION_RATE_LIMITS: ApiRateLimits = {
+  perConnection: { perSecond: 10, burst: 10 },
+  listener: { perSecond: 100, burst: 100 },
+};
+
 /** The kubelet's pod-resources limit (100 qps, burst 10), per connection; ten times that for the whole socket. */
 export const API_RATE_LIMITS: ApiRateLimits = {
   perConnection: { perSecond: 100, burst: 10 },

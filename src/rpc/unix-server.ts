@@ -4,7 +4,7 @@
  */
 import * as http2 from "node:http2";
 import * as net from "node:net";
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { ConnectRouter, ContextValues, HandlerContext } from "@connectrpc/connect";
 import type { Duplex } from "node:stream";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { withServableAuthority } from "./authority.ts";
@@ -41,6 +41,12 @@ export interface ServeUnixOptions {
   bind?: (listener: net.Server) => Promise<void>;
   /** Where a handler's failure is logged, one line each (node-handler.ts); default: warnings as JSON lines on stderr. */
   log?: Logger;
+  /** Calls one HTTP/2 connection may have in flight at once (its SETTINGS_MAX_CONCURRENT_STREAMS); default: Node's. */
+  maxConcurrentStreams?: number;
+  /** Connect's: values each call's context starts with, from its request (the connection, for a rate limit). */
+  contextValues?: (request: http2.Http2ServerRequest) => ContextValues;
+  /** Connect's: runs before a call's request is read; a throw answers the call with that error. */
+  requestGate?: (context: HandlerContext) => void;
 }
 
 /**
@@ -51,11 +57,16 @@ export async function serveUnix(socketPath: string, routes: (router: ConnectRout
   const { accept, onSession, onRequest, readMaxBytes } = options;
   const sessions = new Set<http2.ServerHttp2Session>();
   const failures = new HandlerFailureLog(options.log ?? createLogger({ level: "warn" }));
+  const { contextValues, requestGate } = options;
+  const connect = { routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes, requestGate } as const;
   const handler = withServableAuthority(
-    withPortableGrpcMessage(connectRequestListener({ routes, grpc: true, connect: true, grpcWeb: false, readMaxBytes }, failures)),
+    withPortableGrpcMessage(
+      connectRequestListener({ ...connect, contextValues: contextValues && ((request) => contextValues(request as http2.Http2ServerRequest)) }, failures),
+    ),
     options.onAuthorityReplaced,
   );
-  const server = http2.createServer(onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);
+  const settings = options.maxConcurrentStreams === undefined ? {} : { settings: { maxConcurrentStreams: options.maxConcurrentStreams } };
+  const server = http2.createServer(settings, onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);
   // With `accept`, a plain listener takes the connections and hands over those it keeps:
   // an HTTP/2 session made at accept time keeps its socket open after destroy() when no preface came.
   const listener: net.Server = accept ? net.createServer((socket) => accept(socket, (kept) => server.emit("connection", kept))) : server;

@@ -56,7 +56,7 @@ export class PluginConnections {
       endpoint.close();
       throw new Error("the device manager is stopping");
     }
-    const refused = this.#options.refusal?.(endpoint) ?? null;
+    const refused = this.#options.refusal?.(endpoint) ?? options.admit?.() ?? null;
     if (refused !== null) {
       endpoint.close();
       throw new Error(refused);

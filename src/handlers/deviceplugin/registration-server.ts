@@ -17,18 +17,18 @@
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { Registration } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../../log/logger.ts";
 import { ConnectionGuard } from "../../api/connection-guard.ts";
-import { REGISTRATION_SOCKET_LIMITS, type ListenerLimits } from "../../api/limits.ts";
+import { ApiRateLimiter, REGISTRATION_RATE_LIMITS, REGISTRATION_SOCKET_LIMITS, type ApiRateLimits, type ListenerLimits } from "../../api/limits.ts";
 import { routeByPreface } from "../../api/protocol-router.ts";
 import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { handOverHttp2 } from "../../rpc/authority-rewrite.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
-import { isSameSocket, pinSocket, socketAt, type PinnedSocket } from "../../platform/pinned-socket.ts";
+import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
 import type { DeviceManager } from "./manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
@@ -39,6 +39,8 @@ export interface RegistrationServerOptions {
   log: Logger;
   /** Default REGISTRATION_SOCKET_LIMITS; tests pass smaller ones. */
   limits?: ListenerLimits;
+  /** Default REGISTRATION_RATE_LIMITS. */
+  rateLimits?: ApiRateLimits;
   /** `security.maxPlugins`, shared with the plugin manager (which holds `heldElsewhere` slots); default: no limit. */
   slots?: { limit: () => number; heldElsewhere: () => number };
   /** Told of each request whose `:authority` was no host (src/rpc/authority.ts); it is served as `localhost`. */
@@ -50,12 +52,29 @@ export interface RegistrationServerOptions {
 }
 
 export interface RegistrationServer extends UnixServer {
-  /** `security.maxPlugins` slots held by plugins connected through this socket and Register calls in flight. */
+  /** `security.maxPlugins` slots held by plugins connected through this socket (a Register call in flight holds none). */
   readonly slotsHeld: number;
+  /** Register calls in flight (at most {@link MAX_PENDING_REGISTRATIONS}). */
+  readonly pending: number;
 }
+
+/**
+ * Register calls one connection may have in flight (its HTTP/2
+ * SETTINGS_MAX_CONCURRENT_STREAMS): a plugin makes one when it starts.
+ */
+export const MAX_REGISTER_CALLS_PER_CONNECTION = 4;
+/**
+ * Register calls in flight on the whole socket, each dialling its plugin
+ * (a descriptor for the dial beside the caller's connection). They hold no
+ * `security.maxPlugins` slot: a plugin takes one only once it answered.
+ */
+export const MAX_PENDING_REGISTRATIONS = 32;
 
 /** The kubelet's kubelet.sock under root's umask 022: only root may connect (and so register). */
 const SOCKET_MODE = 0o755;
+
+/** The connection (HTTP/2 session) a call arrived on: what the rate limit is kept per. */
+const connectionKey = createContextKey<object>({}, { description: "device plugin registration connection" });
 
 /** Longest endpoint accepted in a RegisterRequest (a socket path cannot be longer anyway). */
 const MAX_ENDPOINT_LENGTH = 107;
@@ -76,9 +95,11 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   // Plugins are untrusted here as everywhere: bounded like the API socket (docs/api.md, "Limits").
   const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
   const guard = new ConnectionGuard("device plugin registration socket", limits, log);
-  let registering = 0;
+  const rateLimiter = new ApiRateLimiter(options.rateLimits ?? REGISTRATION_RATE_LIMITS);
+  /** The endpoints being dialled by Register calls in flight: each is dialled once at a time. */
+  const pending = new Set<SocketIdentity>();
   let inode = 0;
-  const slotsHeld = () => registering + manager.registrationSocketPlugins;
+  const slotsHeld = () => manager.registrationSocketPlugins;
   const server = await serveUnix(socketPath, (router) =>
     router.service(Registration, {
       async register(request, context) {
@@ -90,26 +111,35 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         };
         if (!SUPPORTED_VERSIONS.includes(request.version)) refuse(unsupportedVersionError(request.version));
         if (!isExtendedResourceName(request.resourceName)) refuse(invalidResourceNameError(request.resourceName));
+        if (pending.size >= MAX_PENDING_REGISTRATIONS) {
+          refuse(`${MAX_PENDING_REGISTRATIONS} Register calls are in flight already; retry later`, Code.ResourceExhausted);
+        }
         const endpoint = resolveEndpoint(directory, socketPath, request.endpoint);
         if ("refused" in endpoint) return refuse(endpoint.refused);
         let handedOver = false;
+        // Set when the slots filled up while the plugin was dialled: refused as a full node, not as a plugin fault.
+        let slotRefusal: string | null = null;
         try {
+          if ([...pending].some((other) => isSameSocket(other, endpoint))) {
+            refuse(`a Register call naming endpoint ${JSON.stringify(request.endpoint)} is in flight already; retry once it has answered`, Code.Aborted);
+          }
           const taken = manager.liveEndpointRefusal(request.resourceName, endpoint);
           if (taken) refuse(taken);
           // A plugin connecting again on its own socket takes no new slot: the new connection replaces the old.
           const limit = options.slots?.limit() ?? Infinity;
-          const replacing = manager.hasRegistrationSocketPlugin(request.resourceName, endpoint.realPath);
-          if (!replacing && slotsHeld() + (options.slots?.heldElsewhere() ?? 0) >= limit) {
-            refuse(`maxPlugins limit of ${limit} reached`, Code.ResourceExhausted);
-          }
-          registering++;
+          const replacing = () => manager.hasRegistrationSocketPlugin(request.resourceName, endpoint.realPath);
+          const full = () => !replacing() && slotsHeld() + (options.slots?.heldElsewhere() ?? 0) >= limit;
+          if (full()) refuse(`maxPlugins limit of ${limit} reached`, Code.ResourceExhausted);
+          pending.add(endpoint);
           handedOver = true;
-          await manager.connect(request.resourceName, endpoint.realPath, { signal: context.signal, viaRegistrationSocket: true, pinned: endpoint });
+          const admit = () => (full() ? (slotRefusal = `maxPlugins limit of ${limit} reached`) : null);
+          await manager.connect(request.resourceName, endpoint.realPath, { signal: context.signal, viaRegistrationSocket: true, pinned: endpoint, admit });
         } catch (error) {
           if (error instanceof ConnectError) throw error;
+          if (slotRefusal !== null) refuse(slotRefusal, Code.ResourceExhausted);
           refuse(messageOf(error));
         } finally {
-          if (handedOver) registering--;
+          if (handedOver) pending.delete(endpoint);
           else endpoint.close();
         }
         log.info("device plugin registered", fields);
@@ -117,6 +147,14 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
       },
     }),
     {
+      maxConcurrentStreams: MAX_REGISTER_CALLS_PER_CONNECTION,
+      contextValues: (request) => createContextValues().set(connectionKey, request.stream.session ?? request),
+      // Runs before the request is read, like the API socket's rate limit.
+      requestGate: (context) => {
+        if (!rateLimiter.admit(context.values.get(connectionKey))) {
+          throw new ConnectError(`rate limit exceeded (${rateLimiter.describe()}); retry later`, Code.ResourceExhausted);
+        }
+      },
       accept(socket, serve) {
         if (!guard.admit(socket)) return;
         socket.on("error", () => {});
@@ -148,6 +186,9 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
     [Symbol.asyncDispose]: close,
     get slotsHeld() {
       return slotsHeld();
+    },
+    get pending() {
+      return pending.size;
     },
   };
 }

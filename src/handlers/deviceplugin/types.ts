@@ -57,5 +57,11 @@ export interface ConnectOptions {
   pinned?: PinnedSocket;
   /** What the connection is for (a watched-directory registration), to disconnect that one only ({@link DeviceManager.disconnectFor}). */
   for?: object;
+  /**
+   * Asked once the plugin answered, just before it is attached: why it may
+   * not be (the `security.maxPlugins` slots filled while it was dialled),
+   * or null. Nothing is held for a plugin until it is attached.
+   */
+  admit?: () => string | null;
 }
 
