@@ -54,8 +54,6 @@ export interface RegistrationServerOptions {
 export interface RegistrationServer extends UnixServer {
   /** `security.maxPlugins` slots held by plugins connected through this socket (a Register call in flight holds none). */
   readonly slotsHeld: number;
-  /** Register calls in flight (at most {@link MAX_PENDING_REGISTRATIONS}). */
-  readonly pending: number;
 }
 
 /**
@@ -109,10 +107,15 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
           log.warn("device plugin registration refused", { ...fields, reason: message });
           throw new ConnectError(message, code);
         };
+        // A flood's refusals are not worth a warning each: at debug level, as the rate limit's are not logged at all.
+        const busy = (message: string, code: Code): never => {
+          log.debug("device plugin registration refused", { ...fields, reason: message });
+          throw new ConnectError(message, code);
+        };
         if (!SUPPORTED_VERSIONS.includes(request.version)) refuse(unsupportedVersionError(request.version));
         if (!isExtendedResourceName(request.resourceName)) refuse(invalidResourceNameError(request.resourceName));
         if (pending.size >= MAX_PENDING_REGISTRATIONS) {
-          refuse(`${MAX_PENDING_REGISTRATIONS} Register calls are in flight already; retry later`, Code.ResourceExhausted);
+          busy(`${MAX_PENDING_REGISTRATIONS} Register calls are in flight already; retry later`, Code.ResourceExhausted);
         }
         const endpoint = resolveEndpoint(directory, socketPath, request.endpoint);
         if ("refused" in endpoint) return refuse(endpoint.refused);
@@ -121,7 +124,7 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         let slotRefusal: string | null = null;
         try {
           if ([...pending].some((other) => isSameSocket(other, endpoint))) {
-            refuse(`a Register call naming endpoint ${JSON.stringify(request.endpoint)} is in flight already; retry once it has answered`, Code.Aborted);
+            busy(`a Register call naming endpoint ${JSON.stringify(request.endpoint)} is in flight already; retry once it has answered`, Code.Aborted);
           }
           const taken = manager.liveEndpointRefusal(request.resourceName, endpoint);
           if (taken) refuse(taken);
@@ -186,9 +189,6 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
     [Symbol.asyncDispose]: close,
     get slotsHeld() {
       return slotsHeld();
-    },
-    get pending() {
-      return pending.size;
     },
   };
 }
