@@ -114,6 +114,8 @@ test("security.maxPlugins counts the plugins of both registration paths; one con
   t.after(() => late.stop());
   const lateRecord = () => agent.pluginStatus.plugins().find((plugin) => plugin.socket === late.socketPath);
   await waitForDeviceState({ subscribe: (l) => agent.pluginStatus.subscribe(l) }, "the late plugin refused", () => lateRecord()?.reason === "max_plugins");
+  // Gone before a slot frees: its retries would otherwise race c.sock for that slot.
+  await late.stop();
 
   // The kubelet.sock plugin going away frees its slot.
   await first.stop();
