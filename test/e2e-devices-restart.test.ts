@@ -2,8 +2,9 @@
  * End to end on dist/edgeplug: the agent restarts under two running sample
  * device plugins (examples/device-plugin.ts, one per registration path).
  * The allocations come back from the checkpoint, the plugins register again
- * (the kubelet.sock one on a new socket, having seen kubelet.sock
- * re-created), and devices held before the restart stay held. And
+ * (the kubelet.sock one on a new socket, having seen its socket removed
+ * at start as the kubelet removes it), and devices held before the restart
+ * stay held. And
  * kubelet.sock removed under a running agent comes back, which the
  * kubelet.sock plugin takes for a kubelet restart.
  */
@@ -48,12 +49,14 @@ test("after the agent restarts, allocations are still there and both plugins are
   agentProcess = await startAgent(node);
   agent = await watchAgent(node, node.apiSocket);
   assert.deepEqual([...agent.view.allocations.keys()].sort(), ["job-1", "job-2"], "the snapshot after the restart already has the allocations");
-  await widgets.waitForLine(/kubelet\.sock was re-created: registering again with a new socket$/, { from: mark });
-  const secondSocket = (await widgets.waitForLine(/^serving /, { from: mark })).slice("serving ".length);
-  assert.notEqual(secondSocket, firstSocket);
-  await agent.until("both resources connected again", (view) =>
-    view.resources.get(WIDGET)?.sockets.join() === secondSocket && view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.connected === true,
+  // As after a kubelet restart, the agent removed the plugin's socket at start: the plugin serves a new one and registers again.
+  await widgets.waitForLine(/ was deleted: serving a new socket$/, { from: mark });
+  // It may serve again once more when it then sees kubelet.sock appear: the resource must end on the socket it serves last.
+  const lastServed = () => widgets.lines().slice(mark).findLast((line) => line.startsWith("serving "))?.slice("serving ".length);
+  await agent.until("both resources connected again, the widgets on the plugin's newest socket", (view) =>
+    view.resources.get(WIDGET)?.sockets.join() === lastServed() && view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.connected === true,
   );
+  assert.notEqual(lastServed(), firstSocket);
   const after = await statusJson(node.apiSocket);
   assert.deepEqual(after.allocations, before);
   // Restored allocations on the API socket and on the kubelet's pod-resources path alike.

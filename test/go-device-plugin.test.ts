@@ -46,9 +46,6 @@ test("a grpc-go device plugin registers on kubelet.sock by its bare path, is all
   const peers = await goPeersOrSkip(t);
   if (!peers) return;
   const node = deviceNode(t);
-  // The kubelet's restart contract (off by default for now): at start the agent removes the plugin's socket, its
-  // signal to register again, which a plugin polling kubelet.sock's inode would miss when the inode is reused.
-  fs.writeFileSync(node.policy, fs.readFileSync(node.policy, "utf8").replace("devicePlugins:\n", "devicePlugins:\n  removeSocketsAtStart: true\n"));
   let agentProcess = await startAgent(node);
   let agent = await watchAgent(node, node.apiSocket);
   // No topology: whichever topology rule the agent applies, every free device is offered.

@@ -36,7 +36,7 @@ test("a minimal policy gets every default", () => {
       ["CSIPlugin", { type: "CSIPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] }],
       ["DRAPlugin", { type: "DRAPlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] }],
     ]),
-    devicePlugins: { registrationSocket: "/var/lib/kubelet/device-plugins/kubelet.sock", gracePeriodMs: 300_000, topologyPolicy: "none", removeSocketsAtStart: false },
+    devicePlugins: { registrationSocket: "/var/lib/kubelet/device-plugins/kubelet.sock", gracePeriodMs: 300_000, topologyPolicy: "none", removeSocketsAtStart: true },
     podResources: { socket: "/var/lib/kubelet/pod-resources/kubelet.sock" },
     checkpoint: { path: "/var/lib/edgeplug/kubelet_internal_checkpoint" },
     reconcile: {

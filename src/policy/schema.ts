@@ -188,9 +188,9 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
       }),
       removeSocketsAtStart: expecting("true or false", {
         description:
-          "At start, remove every socket in the registration socket's directory, live ones included, as the kubelet does, so that device plugins see the restart and register again; false (the default for now) removes only sockets that refuse connections. Never the checkpoint, other files or directories; nothing in a watched directory",
+          "At start, remove every socket in the registration socket's directory, live ones included, as the kubelet does, so that device plugins see the restart and register again; false removes only sockets that refuse connections. Never the checkpoint, other files or directories; nothing in a watched directory",
         type: "boolean",
-        default: false,
+        default: true,
       }),
     }),
     podResources: section("The kubelet's pod-resources API (v1.PodResourcesLister) where monitoring agents look for it", {

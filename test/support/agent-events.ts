@@ -60,7 +60,7 @@ export async function watchAgent(t: CleansUpAfter, apiSocket: string): Promise<A
   return {
     view,
     until: (what, check, timeoutMs = 10_000) =>
-      waitForEvent(changes, `${what} (last resources: ${describe(view)})`, () => check(view), timeoutMs),
+      waitForEvent(changes, () => `${what} (last resources: ${describe(view)})`, () => check(view), timeoutMs),
     close,
   };
 }

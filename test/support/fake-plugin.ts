@@ -223,10 +223,11 @@ export async function leaveStaleSocket(socketPath: string): Promise<void> {
 
 /**
  * Resolves when `check()` holds, re-checking on each `change` event of
- * `events`; rejects naming `what` after `timeoutMs`. (State that emits no
- * event is for waitUntil, in wait.ts.)
+ * `events`; rejects naming `what` after `timeoutMs` (a function is asked at
+ * the deadline, so that the message tells the state the wait ended on).
+ * (State that emits no event is for waitUntil, in wait.ts.)
  */
-export function waitForEvent(events: EventEmitter, what: string, check: () => boolean, timeoutMs: number): Promise<void> {
+export function waitForEvent(events: EventEmitter, what: string | (() => string), check: () => boolean, timeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
     if (check()) return resolve();
     const onChange = () => {
@@ -237,7 +238,7 @@ export function waitForEvent(events: EventEmitter, what: string, check: () => bo
     const deadline = AbortSignal.timeout(timeoutMs);
     const onDeadline = () => {
       cleanup();
-      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
+      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === "string" ? what : what()}`));
     };
     const cleanup = () => {
       events.off("change", onChange);
