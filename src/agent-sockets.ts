@@ -13,7 +13,7 @@ import { serveRegistration, type RegistrationServer } from "./handlers/deviceplu
 import type { Logger } from "./log/logger.ts";
 import { canonicalDirectory } from "./platform/canonical-path.ts";
 import type { Policy } from "./policy/types.ts";
-import { authorityReporter } from "./rpc/authority.ts";
+import { requestReporter } from "./rpc/request-reports.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
 
 export interface AgentSocketDeps {
@@ -50,7 +50,7 @@ export async function keepRegistrationSocket(deps: AgentSocketDeps, slotsHeldByM
         slots,
         removeLiveSockets,
         keepSockets,
-        onAuthorityReplaced: authorityReporter(deps.log, "registration", () => deps.metrics?.observeAuthorityReplaced("registration")),
+        reports: requestReporter(deps.log, "registration", deps.metrics?.requestCounters("registration")),
       });
     },
   });
@@ -68,7 +68,7 @@ export async function keepPodResourcesSocket(deps: AgentSocketDeps): Promise<Soc
         devices: deps.devices,
         log: deps.log,
         onLimit: (action) => deps.metrics?.observeLimit("pod-resources", action),
-        onAuthorityReplaced: authorityReporter(deps.log, "pod-resources", () => deps.metrics?.observeAuthorityReplaced("pod-resources")),
+        reports: requestReporter(deps.log, "pod-resources", deps.metrics?.requestCounters("pod-resources")),
       }),
   });
 }

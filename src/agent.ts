@@ -9,7 +9,7 @@ import { create } from "@bufbuild/protobuf";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
 import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
 import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
-import { authorityReporter } from "./rpc/authority.ts";
+import { requestReporter } from "./rpc/request-reports.ts";
 import { SocketKeeper } from "./api/socket-keeper.ts";
 import type { UnixServer } from "./rpc/unix-server.ts";
 import { EventStream } from "./api/event-stream.ts";
@@ -161,7 +161,7 @@ export class EdgeplugAgent {
               log: this.#log,
               health: this.health,
               onLimit: (action) => this.metrics?.observeLimit("api", action),
-              onAuthorityReplaced: authorityReporter(this.#log, "api", () => this.metrics?.observeAuthorityReplaced("api")),
+              reports: requestReporter(this.#log, "api", this.metrics?.requestCounters("api")),
             }),
         });
         this.health.markDone(GATE_API_SERVING);

@@ -146,7 +146,7 @@ test("the kubelet's own pod-resources client's :authority (grpc-go's bare or per
   const socketPath = path.join(scope.dir, "kubelet.sock");
   const devices = { pods: { owners: () => [], ownerEntries: () => [] }, resourceStates: () => [] };
   const replaced: (string | undefined)[] = [];
-  const server = await servePodResourcesSocket({ socketPath, devices, log: quiet, onAuthorityReplaced: (authority) => replaced.push(authority) });
+  const server = await servePodResourcesSocket({ socketPath, devices, log: quiet, reports: { authorityReplaced: (authority) => replaced.push(authority), refusedByHttp2: () => {} } });
   scope.after(() => server.close());
   const bare = "/var/lib/kubelet/pod-resources/kubelet.sock";
   for (const authority of [bare, encodeURIComponent(bare), "localhost"]) {

@@ -151,6 +151,11 @@ test("dist/edgeplug serves every :authority a gRPC client sends on the API socke
       assert.ok(refused, `${what} on ${path.basename(socket)} is refused: ${JSON.stringify(result)}`);
     }
   }
+  // node:http2 reset three of the odd requests unseen (the fourth reached the router): each listener tells of them once.
+  for (const listener of ["api", "registration"]) {
+    const report = await agent.waitForLog("requests reset by the HTTP/2 layer before edgeplug saw them", 10_000, (record) => record.listener === listener);
+    assert.equal(report.requests, 1, `the first reset on ${listener} is logged at once`);
+  }
   // HTTP/1.1 on the API socket: a Host that is no host is served; none at all is refused by node:http, as HTTP/1.1 requires one.
   for (const [host, expected] of [[encodeURIComponent(BARE_PATH), 200], [BARE_PATH, 200], ["", 200], [undefined, 400]] as const) {
     const status = await new Promise<number | undefined>((resolve, reject) => {

@@ -21,6 +21,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { withServableAuthority } from "../rpc/authority.ts";
 import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
+import { reportRefusedStreams, type RequestReports } from "../rpc/request-reports.ts";
 import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import { connectRequestListener, HandlerFailureLog } from "../rpc/node-handler.ts";
 import type { Logger } from "../log/logger.ts";
@@ -65,7 +66,8 @@ export interface ApiSocketOptions {
    * Told of each request whose authority was no host (a grpc-go client's socket path): it is served as
    * `localhost` (src/rpc/authority.ts, src/rpc/authority-rewrite.ts).
    */
-  onAuthorityReplaced?: (authority: string | undefined) => void;
+  /** Told of requests served as `localhost` (their authority was no host) and of those node:http2 reset unseen. */
+  reports?: RequestReports;
   /** Told of every connection or request the limits refused or ended (for metrics). */
   onLimit?: (action: GuardAction | "rate_limited") => void;
 }
@@ -137,7 +139,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
           }
         },
       }, failures),
-    ), options.onAuthorityReplaced);
+    ), options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
   const handler = adapter(options.routes);
   const binaryHandler = options.binaryRoutes ? adapter(options.binaryRoutes) : handler;
   const calls = trackCalls((request, response) => {
@@ -161,6 +163,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
   http2Server.on("session", (session) => {
     sessions.add(session);
     guard.trackHttp2(session);
+    if (options.reports) reportRefusedStreams(session, options.reports);
     session.once("close", () => sessions.delete(session));
   });
   for (const server of [http1Server, http2Server]) {
@@ -177,7 +180,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       // the native handle. Only a connection whose requests carry an authority node:http2 would reset is read
       // through a stream (src/rpc/authority-rewrite.ts).
       if (protocol === "http2") {
-        handOverHttp2(socket, head, (connection) => http2Server.emit("connection", connection), options.onAuthorityReplaced);
+        handOverHttp2(socket, head, (connection) => http2Server.emit("connection", connection), options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
       } else {
         socket.unshift(head);
         guard.trackHttp1(socket);

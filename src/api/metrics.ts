@@ -16,6 +16,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { AttemptFailure } from "../pluginmanager/types.ts";
 import { registerStateGauges, type StateSources } from "./state-gauges.ts";
+import type { RequestCounters } from "../rpc/request-reports.ts";
 
 export type { AllocationSample, PluginSample, ResourceSample, SocketSample } from "./state-gauges.ts";
 
@@ -71,7 +72,8 @@ export interface AgentMetrics {
   /** Counts a connection or request that `listener`'s limits refused or ended, by `action` (a fixed word). */
   observeLimit(listener: LimitedListener, action: string): void;
   /** Counts one request on `listener` whose `:authority` or `Host` was no host and that was served as `localhost`. */
-  observeAuthorityReplaced(listener: "api" | "registration" | "pod-resources"): void;
+  /** What a listener counts of the requests it could not take as they came (src/rpc/request-reports.ts). */
+  requestCounters(listener: "api" | "registration" | "pod-resources"): RequestCounters;
   /** Drops every metric from the registry. */
   close(): void;
 }
@@ -169,7 +171,13 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
 
   const authorityReplaced = new Counter({
     name: "edgeplug_request_authority_replaced_total",
-    help: "Requests whose :authority or Host was no host (a grpc-go client's socket path), served as localhost, by listener (api, registration).",
+    help: "Requests whose :authority or Host was no host (a grpc-go client's socket path), served as localhost, by listener (api, registration, pod-resources).",
+    labelNames: ["listener"],
+    registers,
+  });
+  const refusedByHttp2 = new Counter({
+    name: "edgeplug_request_reset_by_http2_total",
+    help: "Requests node:http2 reset before edgeplug saw them (a header block HTTP/2 forbids), by listener (api, registration, pod-resources).",
     labelNames: ["listener"],
     registers,
   });
@@ -212,8 +220,11 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     observeLimit(listener, action) {
       limited.inc({ listener, action: REASON_PATTERN.test(action) ? action : "other" });
     },
-    observeAuthorityReplaced(listener) {
-      authorityReplaced.inc({ listener });
+    requestCounters(listener) {
+      return {
+        authorityReplaced: () => authorityReplaced.inc({ listener }),
+        refusedByHttp2: (count) => refusedByHttp2.inc({ listener }, count),
+      };
     },
     close() {
       registry.clear();

@@ -21,6 +21,7 @@ import * as path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log/logger.ts";
 import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
+import type { RequestReports } from "../rpc/request-reports.ts";
 import { serveUnix, type UnixServer } from "../rpc/unix-server.ts";
 import { ConnectionGuard, type GuardAction } from "./connection-guard.ts";
 import { POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, TokenBucket, type ListenerLimits, type RateLimit } from "./limits.ts";
@@ -40,8 +41,8 @@ export interface PodResourcesSocketOptions {
   now?: () => number;
   /** Told of every connection or call the limits refused or ended (for metrics). */
   onLimit?: (action: GuardAction | "rate_limited") => void;
-  /** Told of each request served as `localhost` because its authority was no host (src/rpc/authority.ts). */
-  onAuthorityReplaced?: (authority: string | undefined) => void;
+  /** Told of requests served as `localhost` (their authority was no host) and of those node:http2 reset unseen. */
+  reports?: RequestReports;
 }
 
 /** The kubelet's pod-resources directory mode. */
@@ -70,12 +71,12 @@ export async function servePodResourcesSocket(options: PodResourcesSocketOptions
       routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
         if (protocol !== "http2") return void socket.destroy();
         // The kubelet's own pod-resources client (grpc-go) sends the socket path as :authority.
-        handOverHttp2(socket, head, serve, options.onAuthorityReplaced);
+        handOverHttp2(socket, head, serve, options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
       });
     },
     onSession: (session) => guard.trackHttp2(session),
     onRequest: (request, response) => guard.checkRequest(request, response),
-    onAuthorityReplaced: options.onAuthorityReplaced,
+    reports: options.reports,
     onClose: () => guard.destroyAll(),
     readMaxBytes: limits.maxRequestBodyBytes,
     bind: async (listener) => void (inode = await bindPrivately(listener, socketPath, SOCKET_MODE, null, "the pod-resources API")),

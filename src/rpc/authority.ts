@@ -11,7 +11,6 @@
  */
 import type * as http from "node:http";
 import type * as http2 from "node:http2";
-import type { Logger } from "../log/logger.ts";
 
 /** What a request whose authority cannot be used is served as. */
 export const STAND_IN_AUTHORITY = "localhost";
@@ -54,25 +53,4 @@ export function withServableAuthority<H extends NodeHandler>(handler: H, onRepla
     }
     handler(request, response);
   }) as H;
-}
-
-/** At most one log line a minute per listener: any client can send as many such requests as it likes. */
-const REPORT_INTERVAL_MS = 60_000;
-
-/**
- * What a listener does with a replaced authority: count each, and log the
- * first and then at most one a minute, with how many came in between.
- */
-export function authorityReporter(log: Logger, listener: string, count: () => void): (authority: string | undefined) => void {
-  let lastLogged = -Infinity;
-  let unlogged = 0;
-  return (authority) => {
-    count();
-    unlogged++;
-    const now = performance.now();
-    if (now - lastLogged < REPORT_INTERVAL_MS) return;
-    log.info("request authority is no host; served as localhost", { listener, authority: authority ?? null, requests: unlogged });
-    lastLogged = now;
-    unlogged = 0;
-  };
 }

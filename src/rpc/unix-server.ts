@@ -8,6 +8,7 @@ import type { ConnectRouter, ContextValues, HandlerContext } from "@connectrpc/c
 import type { Duplex } from "node:stream";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { withServableAuthority } from "./authority.ts";
+import { type RequestReports, reportRefusedStreams } from "./request-reports.ts";
 import { withPortableGrpcMessage } from "./grpc-message.ts";
 import { connectRequestListener, HandlerFailureLog } from "./node-handler.ts";
 
@@ -31,8 +32,8 @@ export interface ServeUnixOptions {
   onSession?: (session: http2.ServerHttp2Session) => void;
   /** Before Connect sees a request: false when it has answered the request itself. */
   onRequest?: (request: http2.Http2ServerRequest, response: http2.Http2ServerResponse) => boolean;
-  /** Told of each request served as `localhost` because its authority was no host (src/rpc/authority.ts). */
-  onAuthorityReplaced?: (authority: string | undefined) => void;
+  /** Told of requests whose authority was replaced and of those node:http2 reset unseen (request-reports.ts). */
+  reports?: RequestReports;
   /** Largest request message Connect reads (its default is 4 GiB). */
   readMaxBytes?: number;
   /** On close, with the sessions: for connections `accept` holds that never reached HTTP/2. */
@@ -63,7 +64,7 @@ export async function serveUnix(socketPath: string, routes: (router: ConnectRout
     withPortableGrpcMessage(
       connectRequestListener({ ...connect, contextValues: contextValues && ((request) => contextValues(request as http2.Http2ServerRequest)) }, failures),
     ),
-    options.onAuthorityReplaced,
+    options.reports && ((authority) => options.reports?.authorityReplaced(authority)),
   );
   const settings = options.maxConcurrentStreams === undefined ? {} : { settings: { maxConcurrentStreams: options.maxConcurrentStreams } };
   const server = http2.createServer(settings, onRequest ? (request, response) => onRequest(request, response) && handler(request, response) : handler);
@@ -73,6 +74,7 @@ export async function serveUnix(socketPath: string, routes: (router: ConnectRout
   server.on("session", (session) => {
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
+    if (options.reports) reportRefusedStreams(session, options.reports);
     onSession?.(session);
   });
   if (options.bind) {

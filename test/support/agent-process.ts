@@ -86,8 +86,8 @@ export interface AgentProcess {
   logs(): Array<Record<string, unknown>>;
   stdout(): string;
   stderr(): string;
-  /** Resolves with the first log record whose `msg` is `message` (already logged or not). */
-  waitForLog(message: string, timeoutMs?: number): Promise<Record<string, unknown>>;
+  /** Resolves with the first log record whose `msg` is `message` and for which `match` holds (already logged or not). */
+  waitForLog(message: string, timeoutMs?: number, match?: (record: Record<string, unknown>) => boolean): Promise<Record<string, unknown>>;
   /** Resolves with the exit code. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** SIGTERM, SIGKILL if it is still running `killAfterMs` later; resolves with the exit code. */
@@ -142,10 +142,10 @@ export function startEdgeplug(args: string[], options: { cwd?: string; env?: Nod
       clearTimeout(killer);
       return code;
     },
-    waitForLog(message, timeoutMs = 10_000) {
+    waitForLog(message, timeoutMs = 10_000, match = () => true) {
       return new Promise((resolve, reject) => {
         const check = () => {
-          const found = records.find((record) => record.msg === message);
+          const found = records.find((record) => record.msg === message && match(record));
           if (found) {
             finish();
             resolve(found);

@@ -27,6 +27,7 @@ import { bindPrivately, removeIfOurs } from "../../api/socket-bind.ts";
 import { claimSocketPath } from "../../api/socket-guard.ts";
 import { serveUnix, type UnixServer } from "../../rpc/unix-server.ts";
 import { handOverHttp2 } from "../../rpc/authority-rewrite.ts";
+import type { RequestReports } from "../../rpc/request-reports.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../../platform/canonical-path.ts";
 import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../../platform/pinned-socket.ts";
 import { messageOf } from "../../platform/error-message.ts";
@@ -43,8 +44,8 @@ export interface RegistrationServerOptions {
   rateLimits?: ApiRateLimits;
   /** `security.maxPlugins`, shared with the plugin manager (which holds `heldElsewhere` slots); default: no limit. */
   slots?: { limit: () => number; heldElsewhere: () => number };
-  /** Told of each request whose `:authority` was no host (src/rpc/authority.ts); it is served as `localhost`. */
-  onAuthorityReplaced?: (authority: string | undefined) => void;
+  /** Told of requests served as `localhost` (their authority was no host) and of those node:http2 reset unseen. */
+  reports?: RequestReports;
   /** Remove live plugins' sockets in the directory too, as the kubelet does at start (default: only stale ones). */
   removeLiveSockets?: boolean;
   /** Sockets never removed from the directory: edgeplug's own (the API and pod-resources sockets). */
@@ -165,12 +166,12 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
           if (protocol !== "http2") return void socket.destroy();
           // grpc-go device plugins send their socket path as :authority, which node:http2 alone would reset.
-          handOverHttp2(socket, head, serve, options.onAuthorityReplaced);
+          handOverHttp2(socket, head, serve, options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
         });
       },
       onSession: (session) => guard.trackHttp2(session),
       onRequest: (request, response) => guard.checkRequest(request, response),
-      onAuthorityReplaced: options.onAuthorityReplaced,
+      reports: options.reports,
       onClose: () => guard.destroyAll(),
       readMaxBytes: limits.maxRequestBodyBytes,
       log,
