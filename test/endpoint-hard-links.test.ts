@@ -60,3 +60,32 @@ test("dist/edgeplug: endpoints that are hard links to a live plugin's socket or 
   }
   assert.equal(good.streams(), 1, "no DRA driver dialled the device plugin");
 });
+
+test("dist/edgeplug: a watched-directory device plugin whose endpoint is a hard link to another plugin's registration socket is refused", async (t) => {
+  const node = deviceNode(t);
+  await startAgent(node);
+  fs.mkdirSync(node.registry, { recursive: true });
+  // Plugin a registers in the watched directory; its service socket is elsewhere, so its registration socket is no live device-plugin endpoint.
+  const service = await startFakeDevicePlugin({ socketPath: path.join(node.dir, "a-service.sock"), devices: healthyDevices(2) });
+  node.after(() => service.stop());
+  const first = await startFakePlugin({
+    socketPath: path.join(node.registry, "a.sock"),
+    info: { type: "DevicePlugin", name: "example.com/a", endpoint: service.socketPath, versions: ["v1beta1"] },
+  });
+  node.after(() => first.stop());
+  assert.equal((await first.waitForNotify(undefined, 10_000)).registered, true);
+
+  // Plugin b names, outside the watched directory, a second name of a's registration socket.
+  const linked = path.join(node.dir, "elsewhere", "b-endpoint.sock");
+  fs.mkdirSync(path.dirname(linked));
+  fs.linkSync(first.socketPath, linked);
+  const second = await startFakePlugin({
+    socketPath: path.join(node.registry, "b.sock"),
+    info: { type: "DevicePlugin", name: "example.com/b", endpoint: linked, versions: ["v1beta1"] },
+  });
+  node.after(() => second.stop());
+  const notification = await second.waitForNotify(undefined, 10_000);
+  assert.equal(notification.registered, false, "b was registered with a hard link to a's registration socket");
+  assert.match(notification.error, /endpoint ".*\/b-endpoint\.sock" is a hard link to ".*\/registry\/a\.sock", a socket in a watched directory that is not this plugin's registration socket .*: it belongs to another plugin/);
+  assert.equal(first.getInfoCalls(), 1, "a's registration socket was never dialled for b");
+});

@@ -15,7 +15,9 @@
  * kind (a CSI or DRA driver naming a device plugin's socket, or the other
  * way round), which edgeplug would otherwise dial as what it is not.
  * Sockets are compared by inode as well as by real path: a hard link is
- * another name for the same socket.
+ * another name for the same socket, so an endpoint outside the watched
+ * directories that is a hard link to a socket directly in one of them is
+ * that socket.
  *
  * The rules judge the socket opened for dialling (src/platform/pinned-socket.ts),
  * so a plugin cannot swap it between the rules and the dial.
@@ -26,6 +28,7 @@
  * if ("pinned" in endpoint) dialUnix(endpoint.pinned.realPath, { connectPath: endpoint.pinned.dialPath });
  * ```
  */
+import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
@@ -94,8 +97,16 @@ export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" |
   const own = ownSocketRefusal(endpoint, rules.ownSockets);
   if (own !== null) return own;
   const watchDirs = rules.watchDirs.map(canonicalDirectory);
-  if (realPath !== canonicalSocketPath(registrationSocket) && watchDirs.some((dir) => isInside(realPath, dir))) {
-    return `endpoint ${quoted} is in a watched directory but is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
+  const registration = socketAt(registrationSocket);
+  const isOwnRegistrationSocket = realPath === canonicalSocketPath(registrationSocket) || (registration !== null && isSameSocket(endpoint, registration));
+  if (!isOwnRegistrationSocket) {
+    if (watchDirs.some((dir) => isInside(realPath, dir))) {
+      return `endpoint ${quoted} is in a watched directory but is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
+    }
+    const linked = watchedSocketLinkedTo(endpoint, watchDirs);
+    if (linked !== null) {
+      return `endpoint ${quoted} is a hard link to ${JSON.stringify(linked)}, a socket in a watched directory that is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
+    }
   }
   if (rules.socketOwners.includes(uid)) return null;
   return `endpoint ${quoted} is owned by uid ${uid}, not in security.socketOwners ${JSON.stringify(rules.socketOwners)}`;
@@ -137,6 +148,38 @@ export function pinServiceEndpoint(
 }
 
 const UNIX_URL_PREFIX = "unix://";
+
+/** Entries looked at per watched directory when searching for another name of an endpoint: the watcher's own bound on a directory's sockets is far below. */
+const MAX_ENTRIES_SEARCHED_PER_DIRECTORY = 10_000;
+
+/**
+ * Another name, directly in one of `watchDirs`, of the socket `endpoint`
+ * (by device and inode), or null. Only a socket with more than one link can
+ * have one, so a plain socket costs no directory read.
+ */
+function watchedSocketLinkedTo(endpoint: Pick<PinnedSocket, "realPath" | "stat">, watchDirs: readonly string[]): string | null {
+  if (endpoint.stat.nlink < 2n) return null;
+  for (const dir of watchDirs) {
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true });
+    } catch {
+      continue;
+    }
+    for (const entry of entries.slice(0, MAX_ENTRIES_SEARCHED_PER_DIRECTORY)) {
+      if (!entry.isSocket()) continue;
+      const file = path.join(dir, entry.name);
+      let stat: fs.BigIntStats;
+      try {
+        stat = fs.lstatSync(file, { bigint: true });
+      } catch {
+        continue;
+      }
+      if (stat.dev === endpoint.stat.dev && stat.ino === endpoint.stat.ino) return file;
+    }
+  }
+  return null;
+}
 
 function isInside(file: string, dir: string): boolean {
   const relative = path.relative(dir, file);
