@@ -18,6 +18,7 @@ import {
   type FakeDevicePluginOptions,
   type TestDevice,
 } from "./support/fake-device-plugin.ts";
+import { startFakePlugin } from "./support/fake-plugin.ts";
 import { manualClock } from "./support/manual-clock.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
@@ -201,10 +202,14 @@ test("untrusted lists: too many devices, long ids, control characters and duplic
   }
 });
 
-test("a plugin that cannot be reached is not recorded", async (t) => {
+test("a plugin that cannot be reached, or does not serve DevicePlugin, is not recorded; the error is the kubelet's text", async (t) => {
   const dir = tempDir(t);
   const devices = newManager(t);
-  await assert.rejects(devices.connect(R, path.join(dir, "missing.sock")), /GetDevicePluginOptions failed/);
+  await assert.rejects(devices.connect(R, path.join(dir, "missing.sock")), /^Error: failed to dial device plugin: no socket at /);
+  // A gRPC server without the DevicePlugin service: the dial works, GetDevicePluginOptions does not.
+  const registrationOnly = await startFakePlugin({ socketPath: path.join(dir, "other.sock"), info: { type: "DevicePlugin", name: R } });
+  t.after(() => registrationOnly.stop());
+  await assert.rejects(devices.connect(R, registrationOnly.socketPath), /^Error: failed to get device plugin options: rpc error: code = Unimplemented desc = /);
   assert.equal(devices.resource(R), undefined);
 });
 

@@ -48,6 +48,20 @@ export function markFailure<T>(error: T, kind: RpcFailure): T {
   return error;
 }
 
+/** Where the transport marks a failure of the dial itself (before the connection's HTTP/2 handshake). */
+const DIAL_FAILURE = Symbol.for("edgeplug.dialFailure");
+
+/** Marks `error` as the dial's failure: nothing of the call reached the peer. Returns it. */
+export function markDialFailure<T>(error: T): T {
+  if (typeof error === "object" && error !== null) Object.defineProperty(error, DIAL_FAILURE, { value: true, enumerable: false, configurable: true });
+  return error;
+}
+
+/** True when `reason` (or its cause chain) is a failure of the dial, not of a call on a connection. */
+export function failedToDial(reason: unknown): boolean {
+  return errorChain(reason).some((link) => (link as { [DIAL_FAILURE]?: boolean })[DIAL_FAILURE] === true);
+}
+
 /** The kind the transport recorded anywhere in `reason`'s cause chain, if any. */
 export function classifiedAs(reason: unknown): RpcFailure | undefined {
   for (const link of errorChain(reason)) {

@@ -24,7 +24,7 @@ import type { Transport } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { callObserver, observeStream } from "./call-observer.ts";
-import { transportError } from "./rpc-error.ts";
+import { markDialFailure, transportError } from "./rpc-error.ts";
 
 export interface DialOptions {
   /** Bound on connecting plus the HTTP/2 handshake (default 10 s, the kubelet's dial timeout). */
@@ -132,7 +132,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
         pendingDials.delete(fail);
         h2.destroy();
         socket.destroy();
-        reject(error);
+        reject(markDialFailure(error));
       };
       pendingDials.add(fail);
       const timer = setTimeout(() => {

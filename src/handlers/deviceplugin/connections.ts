@@ -5,9 +5,10 @@
  * counts them beside the plugin manager's) and which have not sent a good
  * device list yet (`--reconcile-once` waits for them).
  */
+import { ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../../log/logger.ts";
 import { peerMessageOf } from "../../platform/error-message.ts";
-import { grpcStatusText } from "../../rpc/rpc-error.ts";
+import { failedToDial, grpcStatusText } from "../../rpc/rpc-error.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { ConnectOptions, DeviceSettings } from "./types.ts";
@@ -50,7 +51,9 @@ export class PluginConnections {
       await endpoint.connect(options.signal);
     } catch (error) {
       endpoint.close();
-      throw new Error(`device plugin ${resource} at ${socket}: GetDevicePluginOptions failed: ${peerMessageOf(grpcStatusText(error))}`);
+      // The kubelet's texts, which a plugin reads inside its Register error: its dial's, then PluginConnected's.
+      const text = failedToDial(error) ? `failed to dial device plugin: ${ConnectError.from(error).rawMessage}` : `failed to get device plugin options: ${grpcStatusText(error)}`;
+      throw new Error(peerMessageOf(text));
     }
     if (stopped()) {
       endpoint.close();
