@@ -19,7 +19,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { API_RATE_LIMITS, API_SOCKET_LIMITS } from "../src/api/limits.ts";
+import { API_RATE_LIMITS, API_SOCKET_LIMITS } from "../src/server/limits.ts";
 import { openDescriptors, requireBinary, shortTempDir, startEdgeplug, writePolicy } from "../test/support/agent-process.ts";
 import type { FloodMode, FloodReply, FloodRequest } from "./support/api-flood.ts";
 import { startPluginHost, type PluginHost } from "./support/plugin-host-client.ts";

@@ -7,9 +7,9 @@
 import * as path from "node:path";
 import type { AgentMetrics } from "./api/metrics.ts";
 import { servePodResourcesSocket } from "./api/pod-resources-socket.ts";
-import { SocketKeeper } from "./api/socket-keeper.ts";
-import type { DeviceManager } from "./handlers/deviceplugin/manager.ts";
-import { serveRegistration, type RegistrationServer } from "./handlers/deviceplugin/registration-server.ts";
+import { SocketKeeper } from "./server/socket-keeper.ts";
+import type { DeviceManager } from "./devicemanager/device-manager.ts";
+import { serveRegistration, type RegistrationServer } from "./devicemanager/registration-server.ts";
 import type { Logger } from "./log/logger.ts";
 import { canonicalDirectory } from "./platform/canonical-path.ts";
 import type { Policy } from "./policy/types.ts";

@@ -3,7 +3,7 @@
  * socket and the metrics port. Slow-header HTTP/1.1 and silent HTTP/2
  * connections are closed, the connection cap holds and frees nothing it
  * should keep, and huge request bodies are refused without being read.
- * Deadlines are shortened per test; the defaults are in src/api/limits.ts.
+ * Deadlines are shortened per test; the defaults are in src/server/limits.ts.
  */
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
@@ -14,7 +14,7 @@ import * as grpc from "@grpc/grpc-js";
 import { create } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { serveApiSocket } from "../src/api/agent-socket.ts";
-import { API_SOCKET_LIMITS, type ListenerLimits } from "../src/api/limits.ts";
+import { API_SOCKET_LIMITS, type ListenerLimits } from "../src/server/limits.ts";
 import { createMetrics, serveMetricsEndpoint } from "../src/api/metrics.ts";
 import { Agent, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";

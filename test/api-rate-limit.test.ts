@@ -16,7 +16,7 @@ import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrp
 import { serveApiSocket } from "../src/api/agent-socket.ts";
 import { Agent, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
-import { parseDescriptorLimit } from "../src/platform/fd-limit.ts";
+import { parseDescriptorLimit } from "../src/server/fd-limit.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { spawnRegistrationPlugin } from "./support/grpc-peers.ts";
 import { requireBinary, startDaemon, waitForPath, writePolicy } from "./support/agent-process.ts";

@@ -11,7 +11,7 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import { claimSocketPath, SocketInUseError } from "../src/api/socket-guard.ts";
+import { claimSocketPath, SocketInUseError } from "../src/server/socket-guard.ts";
 import { serveApiSocket } from "../src/api/agent-socket.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { devicePluginV1beta1, edgeplugV1, pluginRegistration, podResourcesV1 } from "./support/kubelet-protos.ts";

@@ -17,7 +17,7 @@ import process from "node:process";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
+import { decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { crashData } from "./fixtures/checkpoint/crash-writer.ts";
 import { seededRandom } from "./support/seeded-random.ts";
 import { tempDir } from "./support/temp-dir.ts";

@@ -15,8 +15,8 @@ import {
   decodeCheckpoint,
   encodeCheckpoint,
   KUBELET_CHECKPOINT_NAME,
-} from "../src/handlers/deviceplugin/checkpoint.ts";
-import { readCheckpointBytes } from "../src/handlers/deviceplugin/checkpoint-files.ts";
+} from "../src/devicemanager/checkpoint/checkpoint.ts";
+import { readCheckpointBytes } from "../src/devicemanager/checkpoint/checkpoint-files.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const tegraFile = fs.readFileSync(new URL("fixtures/checkpoint/kubelet-tegra-allocated.json", import.meta.url));

@@ -5,7 +5,7 @@
  * elsewhere), a failed NodeGetInfo retried by the plugin manager, and two DRA
  * instances of one driver whose service connections drop one after the
  * other, as `status` and WatchEvents show it; endpoints judged by the
- * policy's rules (src/handlers/endpoint-rules.ts), a reload included.
+ * policy's rules (src/endpoints/endpoint-rules.ts), a reload included.
  */
 import assert from "node:assert/strict";
 import * as fs from "node:fs";

@@ -1,5 +1,5 @@
 /**
- * The endpoint rules (src/handlers/endpoint-rules.ts) on the CSIPlugin and
+ * The endpoint rules (src/endpoints/endpoint-rules.ts) on the CSIPlugin and
  * DRAPlugin handlers, each against real sockets: the kubelet's layout (the
  * registration socket in the watched directory, the service socket in
  * plugins/<driver>/) registers; edgeplug's own socket, another plugin's
@@ -13,7 +13,7 @@ import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { CsiDrivers } from "../src/handlers/csi.ts";
 import { DraDrivers } from "../src/handlers/dra.ts";
-import type { WatchedEndpointRules } from "../src/handlers/endpoint-rules.ts";
+import type { WatchedEndpointRules } from "../src/endpoints/endpoint-rules.ts";
 import type { PluginHandler, PluginRegistration } from "../src/pluginmanager/types.ts";
 import { startCsiDriver, startDraService } from "./support/csi-dra-peers.ts";
 import { socketsHeldUnder, startRawListener, type RawListener } from "./support/grpc-peers.ts";

@@ -12,10 +12,10 @@ import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { Code, createClient } from "@connectrpc/connect";
 import { EdgeplugAgent } from "../src/agent.ts";
-import { ALLOCATION_REQUEST_MAX_BYTES } from "../src/api/limits.ts";
+import { ALLOCATION_REQUEST_MAX_BYTES, API_SOCKET_LIMITS } from "../src/server/limits.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH, MAX_RESOURCES_PER_REQUEST } from "../src/handlers/deviceplugin/allocation.ts";
-import { MAX_WAITING_ALLOCATIONS } from "../src/handlers/deviceplugin/allocator.ts";
+import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH, MAX_RESOURCES_PER_REQUEST } from "../src/devicemanager/allocation.ts";
+import { MAX_WAITING_ALLOCATIONS } from "../src/devicemanager/allocator.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
@@ -117,6 +117,10 @@ test("Allocate's own options keep the socket's protocols: gRPC-web is refused th
   const allocate = await post(apiSocket, "/edgeplug.v1.Agent/Allocate", 5, call);
   assert.equal(status.status, 415);
   assert.equal(allocate.status, status.status);
+});
+
+test("the allocation queue holds as many waiting requests as the API socket takes connections, so one connection per caller meets the connection cap first", () => {
+  assert.equal(MAX_WAITING_ALLOCATIONS, API_SOCKET_LIMITS.maxConnections);
 });
 
 test("a request refused because the allocation queue is full counts in edgeplug_allocation_queue_full_total", async (t) => {

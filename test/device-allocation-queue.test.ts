@@ -11,8 +11,8 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { allocateDevices } from "../src/api/allocation-service.ts";
 import { AllocateRequestSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { ALLOCATION_REQUEST_DEADLINE_MS, MAX_WAITING_ALLOCATIONS } from "../src/handlers/deviceplugin/allocator.ts";
-import { PLUGIN_CALL_TIMEOUTS } from "../src/handlers/deviceplugin/endpoint.ts";
+import { ALLOCATION_REQUEST_DEADLINE_MS, MAX_WAITING_ALLOCATIONS } from "../src/devicemanager/allocator.ts";
+import { PLUGIN_CALL_TIMEOUTS } from "../src/devicemanager/endpoint.ts";
 import { ask, connected, hold, newManager, R1, R2 } from "./support/device-manager-harness.ts";
 import { healthyDevices, manualClock } from "./support/fake-device-plugin.ts";
 

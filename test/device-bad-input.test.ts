@@ -1,7 +1,7 @@
 /**
  * Device plugins are untrusted (docs/devices.md): the
  * endpoints a plugin may name on each registration path (endpoint-rules.ts,
- * deviceplugin/endpoint-check.ts), and a ListAndWatch message over the size
+ * src/endpoints/endpoint-check.ts), and a ListAndWatch message over the size
  * cap, which is refused without losing the plugin's last good list.
  */
 import assert from "node:assert/strict";
@@ -11,10 +11,10 @@ import * as net from "node:net";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { EdgeplugAgent } from "../src/agent.ts";
-import type { ListenerLimits } from "../src/api/limits.ts";
-import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
-import { MAX_LIST_MESSAGE_BYTES } from "../src/handlers/deviceplugin/names.ts";
-import { serveRegistration } from "../src/handlers/deviceplugin/registration-server.ts";
+import type { ListenerLimits } from "../src/server/limits.ts";
+import { DeviceManager } from "../src/devicemanager/device-manager.ts";
+import { MAX_LIST_MESSAGE_BYTES } from "../src/devicemanager/names.ts";
+import { serveRegistration } from "../src/devicemanager/registration-server.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { pinSocket } from "../src/platform/pinned-socket.ts";
 import type { Policy } from "../src/policy/types.ts";

@@ -14,7 +14,7 @@ import { createClient } from "@connectrpc/connect";
 import { EdgeplugAgent } from "../src/agent.ts";
 import { statusToJson, statusToText } from "../src/api/status.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
+import { decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";

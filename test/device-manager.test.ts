@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
-import { DeviceManager } from "../src/handlers/deviceplugin/manager.ts";
+import { DeviceManager } from "../src/devicemanager/device-manager.ts";
+import { DevicePluginHandler } from "../src/handlers/device-plugin.ts";
 import { createLogger } from "../src/log/logger.ts";
 import {
   healthyDevices,
@@ -234,7 +235,7 @@ test("a plugin instance that outlives a sibling and sends its list again, byte f
 test("a watched-directory registration that leaves disconnects only its own plugin: a newer one that re-bound the endpoint stays", async (t) => {
   const dir = tempDir(t);
   const devices = newManager(t);
-  const handler = devices.handler({ type: "DevicePlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] });
+  const handler = new DevicePluginHandler(devices, { type: "DevicePlugin", kind: "builtin", versions: null, allow: ["*"], deny: [] });
   // Two registration sockets naming one fixed endpoint, as in a rolling upgrade of a device plugin's pods.
   const registration = (socket: string) => ({ socket: path.join(dir, socket), type: "DevicePlugin", name: R, endpoint: "dp.sock", versions: ["v1beta1"] });
   const [before, after] = [registration("old.sock"), registration("new.sock")];

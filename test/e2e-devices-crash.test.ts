@@ -19,7 +19,7 @@ import process from "node:process";
 import { test } from "node:test";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
+import { decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { startEdgeplug, type AgentProcess } from "./support/agent-process.ts";
 import { deviceNode } from "./support/device-node.ts";

@@ -1,5 +1,5 @@
 /**
- * The endpoint rule between kinds of plugin (src/handlers/endpoint-rules.ts),
+ * The endpoint rule between kinds of plugin (src/endpoints/endpoint-rules.ts),
  * through the whole agent (in-process), against @grpc/grpc-js plugins on real
  * sockets: a CSI or DRA driver whose endpoint is a live device plugin's
  * socket is refused at ValidatePlugin naming the device plugin's resource,

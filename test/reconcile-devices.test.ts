@@ -13,7 +13,7 @@ import { test, type TestContext } from "node:test";
 import { EdgeplugAgent } from "../src/agent.ts";
 import type { ReportJson } from "../src/api/report.ts";
 import { reconcileOnce } from "../src/cli/reconcile-once.ts";
-import { decodeCheckpoint } from "../src/handlers/deviceplugin/checkpoint.ts";
+import { decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { waitForPath } from "./support/agent-process.ts";

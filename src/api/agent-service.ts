@@ -9,14 +9,14 @@ import type { ConnectRouter, ConnectRouterOptions } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
-import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
+import type { DeviceManager } from "../devicemanager/device-manager.ts";
 import { API_PROTOCOLS } from "./agent-socket.ts";
 import { allocateDevices, releaseDevices } from "./allocation-service.ts";
 import { AgentBinaryView, eventView, statusResponseView } from "./binary-answers.ts";
 import type { EventStream } from "./event-stream.ts";
-import { ALLOCATION_REQUEST_MAX_BYTES } from "./limits.ts";
+import { ALLOCATION_REQUEST_MAX_BYTES } from "../server/limits.ts";
 import { podResourcesRoutes } from "./pod-resources-service.ts";
-import { streamCutOffKey } from "./stream-cutoff.ts";
+import { streamCutOffKey } from "../server/stream-cutoff.ts";
 
 export interface AgentServiceDeps {
   status: () => StatusResponse;

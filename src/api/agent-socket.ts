@@ -25,15 +25,15 @@ import { reportRefusedStreams, type RequestReports } from "../rpc/request-report
 import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import { connectRequestListener, HandlerFailureLog } from "../rpc/node-handler.ts";
 import type { Logger } from "../log/logger.ts";
-import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "./connection-guard.ts";
+import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "../server/connection-guard.ts";
 import { serveHealthRequest, type Health, type HealthResponse } from "./health.ts";
-import { API_RATE_LIMITS, API_SOCKET_LIMITS, ApiRateLimiter, type ApiRateLimits, type ListenerLimits } from "./limits.ts";
-import { routeByPreface } from "./protocol-router.ts";
-import { cutOffOf, streamCutOffKey } from "./stream-cutoff.ts";
-import { bindPrivately, removeIfOurs, resolveGroupId } from "./socket-bind.ts";
-import { claimSocketPath } from "./socket-guard.ts";
+import { API_RATE_LIMITS, API_SOCKET_LIMITS, ApiRateLimiter, type ApiRateLimits, type ListenerLimits } from "../server/limits.ts";
+import { routeByPreface } from "../server/protocol-router.ts";
+import { cutOffOf, streamCutOffKey } from "../server/stream-cutoff.ts";
+import { bindPrivately, removeIfOurs, resolveGroupId } from "../server/socket-bind.ts";
+import { claimSocketPath } from "../server/socket-guard.ts";
 
-export { resolveGroupId } from "./socket-bind.ts";
+export { resolveGroupId } from "../server/socket-bind.ts";
 
 export interface ApiSocketOptions {
   socketPath: string;

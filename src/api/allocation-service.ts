@@ -9,8 +9,8 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AllocateRequest, AllocateResponse, ReleaseRequest, ReleaseResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { AllocateResponseSchema, ReleaseResponseSchema, ResourceAllocationSchema } from "../gen/edgeplug/v1/agent_pb.ts";
-import { AllocationError, AllocationQueueFullError } from "../handlers/deviceplugin/allocation.ts";
-import type { DeviceManager } from "../handlers/deviceplugin/manager.ts";
+import { AllocationError, AllocationQueueFullError } from "../devicemanager/allocation.ts";
+import type { DeviceManager } from "../devicemanager/device-manager.ts";
 
 /** `--container`'s default (docs/commands.md). */
 export const DEFAULT_CONTAINER = "main";

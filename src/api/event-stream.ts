@@ -7,7 +7,7 @@
  * event's encoded size), and a subscriber past either bound is ended (its
  * queue dropped at once). A subscriber that takes nothing for
  * {@link DEFAULT_DRAIN_DEADLINE_MS} while events wait for it, or while it
- * is ended and has not noticed, is cut off (src/api/stream-cutoff.ts). So
+ * is ended and has not noticed, is cut off (src/server/stream-cutoff.ts). So
  * one slow client never holds memory for the others, nor for long.
  */
 import { create, toBinary } from "@bufbuild/protobuf";

@@ -6,9 +6,9 @@
 import * as http from "node:http";
 import type * as net from "node:net";
 import type { Logger } from "../log/logger.ts";
-import { ConnectionGuard, type GuardAction } from "./connection-guard.ts";
+import { ConnectionGuard, type GuardAction } from "../server/connection-guard.ts";
 import { serveHealthRequest, type Health } from "./health.ts";
-import { METRICS_LISTENER_LIMITS, type ListenerLimits } from "./limits.ts";
+import { METRICS_LISTENER_LIMITS, type ListenerLimits } from "../server/limits.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
 export interface MetricsEndpointOptions {

@@ -25,7 +25,7 @@ import {
   PodResourcesLister,
   PodResourcesSchema,
 } from "../gen/podresources/v1/api_pb.ts";
-import { NO_NUMA_NODE } from "../handlers/deviceplugin/node-index.ts";
+import { NO_NUMA_NODE } from "../devicemanager/node-index.ts";
 
 /** The namespace every owner appears in (docs/devices.md, "The pod-resources API"). */
 export const POD_NAMESPACE = "edgeplug";

@@ -23,12 +23,12 @@ import type { Logger } from "../log/logger.ts";
 import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
 import type { RequestReports } from "../rpc/request-reports.ts";
 import { serveUnix, type UnixServer } from "../rpc/unix-server.ts";
-import { ConnectionGuard, type GuardAction } from "./connection-guard.ts";
-import { POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, TokenBucket, type ListenerLimits, type RateLimit } from "./limits.ts";
+import { ConnectionGuard, type GuardAction } from "../server/connection-guard.ts";
+import { POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, TokenBucket, type ListenerLimits, type RateLimit } from "../server/limits.ts";
 import { podResourcesRoutes, type PodResourcesSource } from "./pod-resources-service.ts";
-import { routeByPreface } from "./protocol-router.ts";
-import { bindPrivately, removeIfOurs } from "./socket-bind.ts";
-import { claimSocketPath } from "./socket-guard.ts";
+import { routeByPreface } from "../server/protocol-router.ts";
+import { bindPrivately, removeIfOurs } from "../server/socket-bind.ts";
+import { claimSocketPath } from "../server/socket-guard.ts";
 
 export interface PodResourcesSocketOptions {
   socketPath: string;

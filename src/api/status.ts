@@ -20,7 +20,7 @@ import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import type { FailureReason } from "../pluginmanager/types.ts";
 import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import type { PluginRecord } from "./plugin-status.ts";
-import { fleetLinkLines } from "../fleet/link-text.ts";
+import { fleetLinkLines } from "./fleet-link-text.ts";
 import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {

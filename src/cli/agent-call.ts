@@ -8,7 +8,7 @@
 import { createClient, type Client } from "@connectrpc/connect";
 import { ConnectError } from "@connectrpc/connect";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
-import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH } from "../handlers/deviceplugin/allocation.ts";
+import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH } from "../devicemanager/allocation.ts";
 import { printable } from "../log/printable.ts";
 import { formatDuration } from "../policy/duration.ts";
 import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";

@@ -10,7 +10,7 @@ import {
   CheckpointCorruptError,
   decodeCheckpointWithChecksum,
   readCheckpointBytes,
-} from "../handlers/deviceplugin/checkpoint.ts";
+} from "../devicemanager/checkpoint/checkpoint.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";

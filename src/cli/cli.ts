@@ -18,7 +18,7 @@ import process from "node:process";
 import { createLogger, isLogLevel, type Logger, type LoggerSettings, type LogLevel } from "../log/logger.ts";
 import { printable } from "../log/printable.ts";
 import { PolicyError } from "../policy/errors.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError } from "./command.ts";
 import { createHelpCommand, topLevelUsage } from "./help.ts";

@@ -8,7 +8,7 @@ import { readCredentialFile, readSecretLine } from "../fleet/credentials.ts";
 import { FleetView, fleetToJson, fleetToText } from "../fleet/fleet-view.ts";
 import { FLEET_TOPIC_VERSION, nodeFromLevel } from "../fleet/topics.ts";
 import { printable } from "../log/printable.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { BROKER_URL_PATTERN, TOPIC_PREFIX_PATTERN } from "../policy/fleet-schema.ts";
 import { durationFlag, outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";

@@ -13,7 +13,7 @@ import { decideHandler, HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile } from "../pluginmanager/registration.ts";
 import { pluginInfoProblem, RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
 import { classifyRpcError, type RpcFailure } from "../rpc/rpc-error.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";

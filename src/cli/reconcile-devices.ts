@@ -19,12 +19,12 @@
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
-import { deviceSettings } from "../handlers/deviceplugin/device-settings.ts";
-import { SocketInUseError } from "../api/socket-guard.ts";
-import { CheckpointStore } from "../handlers/deviceplugin/checkpoint.ts";
-import { DeviceManager } from "../handlers/deviceplugin/manager.ts";
-import { serveRegistration, type RegistrationServer } from "../handlers/deviceplugin/registration-server.ts";
-import type { LiveEndpointLookup } from "../handlers/endpoint-rules.ts";
+import { deviceSettings } from "../devicemanager/device-settings.ts";
+import { SocketInUseError } from "../server/socket-guard.ts";
+import { CheckpointStore } from "../devicemanager/checkpoint/checkpoint.ts";
+import { DeviceManager } from "../devicemanager/device-manager.ts";
+import { serveRegistration, type RegistrationServer } from "../devicemanager/registration-server.ts";
+import type { LiveEndpointLookup } from "../endpoints/endpoint-rules.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 

@@ -10,7 +10,7 @@
  * permanent refusal never waits out `--timeout`.
  */
 import { csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
-import { endpointRules } from "../handlers/endpoint-rules.ts";
+import { endpointRules } from "../endpoints/endpoint-rules.ts";
 import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type DevicePluginsSeen, type Expectations } from "../api/report.ts";
 import type { ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -21,10 +21,10 @@ import type { Policy } from "../policy/types.ts";
 import { PluginManager } from "../pluginmanager/manager.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
 import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK, reportCannotStart } from "./command.ts";
-import { checkpointStatus } from "../handlers/deviceplugin/device-status.ts";
+import { checkpointStatus } from "../devicemanager/device-status.ts";
 import { devicesSettled, nextChange, registrationSocketPlugins, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
 
 /**

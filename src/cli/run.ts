@@ -6,7 +6,7 @@
 import { once } from "node:events";
 import process from "node:process";
 import { EdgeplugAgent } from "../agent.ts";
-import { logDeviceHealth } from "../handlers/deviceplugin/health-log.ts";
+import { logDeviceHealth } from "../devicemanager/health-log.ts";
 import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
 import { applyDaemonV8Flags } from "../platform/daemon-v8-flags.ts";
@@ -14,14 +14,14 @@ import { serviceNotifier } from "../platform/sd-notify.ts";
 import { formatPolicyIssue, PolicyError } from "../policy/errors.ts";
 import { resolvePolicy } from "../policy/load.ts";
 import type { Policy } from "../policy/types.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, reportCannotStart, UsageError } from "./command.ts";
 import type { LogFormat } from "../log/logger.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";
 import { installLightHeaders } from "./light-headers.ts";
-import { isExtendedResourceName } from "../handlers/deviceplugin/names.ts";
+import { isExtendedResourceName } from "../devicemanager/names.ts";
 import { reconcileOnce } from "./reconcile-once.ts";
 
 const usage = `Usage: edgeplug [run] [--config PATH]

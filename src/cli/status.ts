@@ -9,10 +9,11 @@ import { createClient } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
-import { pluginToJson, resourceToJson, statusToJson, statusToText, watchLimitsLine, watchLimitsToJson } from "../api/status.ts";
+import { statusToJson, statusToText, watchLimitsLine } from "../api/status.ts";
 import { printable } from "../log/printable.ts";
 import { dialUnixHttp1 } from "../rpc/unix-http1-transport.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
+import { eventToJson } from "../api/event-json.ts";
 import { installLightHeaders } from "./light-headers.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
@@ -161,43 +162,6 @@ function describe(error: unknown): string {
   if (kind === "missing") return "no socket there (is the agent running?)";
   if (kind === "stale") return "connection refused (stale socket: the agent is not running)";
   return messageOf(error);
-}
-
-/** One JSON object per event: the snapshot as status JSON, changes by kind. */
-export function eventToJson(event: Event): Record<string, unknown> {
-  const head = { sequence: Number(event.sequence), time: event.time ? timestampDate(event.time).toISOString() : null };
-  switch (event.kind.case) {
-    case "snapshot":
-      return { ...head, kind: "snapshot", snapshot: statusToJson(event.kind.value) };
-    case "plugin":
-      return {
-        ...head,
-        kind: "plugin",
-        removed: event.kind.value.removed,
-        plugin: event.kind.value.plugin ? pluginToJson(event.kind.value.plugin) : null,
-      };
-    case "resource": {
-      const resource = event.kind.value.resource;
-      return { ...head, kind: "resource", removed: event.kind.value.removed, resource: resource ? resourceToJson(resource) : null };
-    }
-    case "allocation":
-      return {
-        ...head,
-        kind: "allocation",
-        owner: event.kind.value.owner,
-        released: event.kind.value.released,
-        allocations: event.kind.value.allocations.map((a) => ({
-          owner: a.owner,
-          container: a.container,
-          resource: a.resource,
-          devices: [...a.devices],
-        })),
-      };
-    case "watchLimits":
-      return { ...head, kind: "watchLimits", watchLimits: event.kind.value.watchLimits ? watchLimitsToJson(event.kind.value.watchLimits) : null };
-    default:
-      return { ...head, kind: "unknown" };
-  }
 }
 
 /** One line per change; every value from a plugin or the API is shown with control characters escaped. */

@@ -10,9 +10,9 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { resolveGroupId } from "../api/socket-bind.ts";
+import { resolveGroupId } from "../server/socket-bind.ts";
 import type { Policy } from "../policy/types.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 
 /** sockaddr_un.sun_path: 108 bytes with the terminating NUL. */
 const MAX_SOCKET_PATH_BYTES = 107;
@@ -33,7 +33,7 @@ export function hostProblems(policy: Policy, groupFile = "/etc/group"): string[]
   const sockets: Array<[string, string | null]> = [["api.socket", api.socket], ["devicePlugins.registrationSocket", devicePlugins.registrationSocket]];
   for (const [key, socket] of sockets) {
     if (socket === null) continue;
-    // The socket is bound at DIR/.ep-XXXXXX/s first, then linked into place (src/api/socket-bind.ts).
+    // The socket is bound at DIR/.ep-XXXXXX/s first, then linked into place (src/server/socket-bind.ts).
     const longest = Math.max(Buffer.byteLength(socket), Buffer.byteLength(path.join(path.dirname(socket), ".ep-XXXXXX", "s")));
     if (longest > MAX_SOCKET_PATH_BYTES) problems.push(`${key}: ${socket} is too long for a unix socket path (at most ${MAX_SOCKET_PATH_BYTES} bytes, and the directory's path 13 bytes less)`);
     directories.push([key, path.dirname(socket), "write"]);

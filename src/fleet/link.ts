@@ -17,9 +17,9 @@ import { backoffDelay, clientOptions, closeClient, later, loadMqtt } from "./con
 import { FleetLinkStatusSchema, type FleetLinkStatus, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { EventStream } from "../api/event-stream.ts";
 import { statusToJson } from "../api/status.ts";
-import { eventToJson } from "../cli/status.ts";
+import { eventToJson } from "../api/event-json.ts";
 import type { Logger } from "../log/logger.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import type { FleetPolicy } from "../policy/types.ts";
 import { fleetTopic, MAX_FLEET_PAYLOAD_BYTES, type FleetTopicKind, type OnlinePayload } from "./topics.ts";

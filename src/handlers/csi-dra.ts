@@ -8,7 +8,7 @@ import { createLogger } from "../log/logger.ts";
 import { CsiDrivers } from "./csi.ts";
 import type { PluginDetails } from "./csi-dra-status.ts";
 import { DraDrivers } from "./dra.ts";
-import type { EndpointHolder, LiveEndpointLookup, WatchedEndpointRules } from "./endpoint-rules.ts";
+import type { EndpointHolder, LiveEndpointLookup, WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
 import type { SocketIdentity } from "../platform/pinned-socket.ts";
 
 /** The long-lived registries behind the CSIPlugin and DRAPlugin handlers. */

@@ -9,7 +9,7 @@ import { Identity, Node, NodeServiceCapability_RPC_TypeSchema } from "../gen/csi
 import type { Logger } from "../log/logger.ts";
 import { grpcStatusText } from "../rpc/rpc-error.ts";
 import { dialUnix } from "../rpc/unix-channel.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import type { PinnedSocket } from "../platform/pinned-socket.ts";
 
 /** What `status` shows of a registered CSI driver. */

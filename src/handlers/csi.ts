@@ -15,10 +15,10 @@ import { CsiDriverStatusSchema, type CsiDriverStatus } from "../gen/edgeplug/v1/
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
 import { NodeGetInfoFailed, queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
 import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
 
 export interface CsiDriversOptions {

@@ -20,9 +20,9 @@ import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.t
 import { classifyRpcError } from "../rpc/rpc-error.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { canonicalSocketPath } from "../platform/canonical-path.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "./endpoint-rules.ts";
+import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
 export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;

@@ -17,7 +17,8 @@
 import { createLogger } from "../log/logger.ts";
 import type { HandlerFactory } from "../pluginmanager/types.ts";
 import { csiDraDrivers, type CsiDraDrivers } from "./csi-dra.ts";
-import { DeviceManager } from "./deviceplugin/manager.ts";
+import { DeviceManager } from "../devicemanager/device-manager.ts";
+import { DevicePluginHandler } from "./device-plugin.ts";
 import { GenericHandler } from "./generic.ts";
 import type { HandlerKind } from "./handler-kinds.ts";
 
@@ -28,7 +29,7 @@ export function handlerFactories(
 ): Readonly<Record<HandlerKind, HandlerFactory>> {
   return {
     generic: (policy) => new GenericHandler(policy),
-    DevicePlugin: (policy, context) => devices.handler(policy, context),
+    DevicePlugin: (policy, context) => new DevicePluginHandler(devices, policy, context),
     CSIPlugin: (policy) => storage.csi.handler(policy),
     DRAPlugin: (policy, context) => storage.dra.handler(policy, context),
   };

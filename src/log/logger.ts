@@ -8,7 +8,7 @@
  * log.info("plugin registered", { socket: "/run/p.sock", type: "DevicePlugin" });
  * ```
  */
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "./error-message.ts";
 import { hasUnsafeCharacters, printable } from "./printable.ts";
 
 export const LOG_LEVELS = ["debug", "info", "warn", "error"] as const;

@@ -12,7 +12,7 @@ import { ownerRefusal } from "../policy/admission.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import { classifiedAs, classifyRpcError } from "../rpc/rpc-error.ts";
-import { messageOf, peerMessageOf } from "../platform/error-message.ts";
+import { messageOf, peerMessageOf } from "../log/error-message.ts";
 import { pinFile } from "../platform/pinned-socket.ts";
 import { decideHandler, type HandlerSet } from "./handler-set.ts";
 import { PLUGIN_INFO_LIMITS, pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "./registration-client.ts";

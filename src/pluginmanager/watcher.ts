@@ -16,7 +16,7 @@ import * as path from "node:path";
 import type { Logger } from "../log/logger.ts";
 import type { WatchDir } from "../policy/types.ts";
 import { type Clock, systemClock } from "../platform/clock.ts";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { OperationExecutor } from "../util/operation-executor.ts";
 import { type DesiredStateOfWorld, inodeOf } from "./state-of-world.ts";
 import { type Skipped, WatchLimits, type WatchLimitsOptions, type WatchLimitsReached } from "./watch-limits.ts";

@@ -24,7 +24,7 @@ import { Buffer } from "node:buffer";
 import fs from "node:fs";
 import { promisify } from "node:util";
 import { Composer, isAlias, isMap, LineCounter, visit, YAMLParseError, type CST, type Document } from "yaml";
-import { messageOf } from "../platform/error-message.ts";
+import { messageOf } from "../log/error-message.ts";
 import { defaultPolicyData, EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
 import { toPolicy, type FilledPolicy } from "./effective.ts";
 import { PolicyError, type PolicyIssue } from "./errors.ts";

@@ -12,7 +12,7 @@
 import { Code, ConnectError, createConnectRouter } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import type { Logger } from "../log/logger.ts";
-import { peerMessageOf } from "../platform/error-message.ts";
+import { peerMessageOf } from "../log/error-message.ts";
 
 type NodeServerRequest = Parameters<typeof universalRequestFromNodeRequest>[0];
 type NodeServerResponse = Parameters<typeof universalResponseToNodeResponse>[1];

@@ -22,7 +22,7 @@ export interface UnixServer extends AsyncDisposable {
   close(): Promise<void>;
 }
 
-/** Hooks by which a listener bounds its clients (src/handlers/deviceplugin/registration-server.ts uses them). */
+/** Hooks by which a listener bounds its clients (src/devicemanager/registration-server.ts uses them). */
 export interface ServeUnixOptions {
   /**
    * Each accepted connection: call `serve` to hand it to HTTP/2 (when it has shown to be HTTP/2: the socket, or
@@ -38,7 +38,7 @@ export interface ServeUnixOptions {
   readMaxBytes?: number;
   /** On close, with the sessions: for connections `accept` holds that never reached HTTP/2. */
   onClose?: () => void;
-  /** Binds the listener instead of listen(socketPath); rejects when it cannot (src/api/socket-bind.ts binds privately). */
+  /** Binds the listener instead of listen(socketPath); rejects when it cannot (src/server/socket-bind.ts binds privately). */
   bind?: (listener: net.Server) => Promise<void>;
   /** Where a handler's failure is logged, one line each (node-handler.ts); default: warnings as JSON lines on stderr. */
   log?: Logger;

@@ -5,7 +5,7 @@
  */
 import * as path from "node:path";
 import type { TestContext } from "node:test";
-import { DeviceManager } from "../../src/handlers/deviceplugin/manager.ts";
+import { DeviceManager } from "../../src/devicemanager/device-manager.ts";
 import { createLogger } from "../../src/log/logger.ts";
 import type { Clock } from "../../src/platform/clock.ts";
 import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./fake-device-plugin.ts";
