@@ -10,7 +10,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 import { createClient } from "@connectrpc/connect";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { Agent, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Verdict } from "../src/api/health.ts";

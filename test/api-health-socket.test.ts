@@ -11,7 +11,7 @@ import * as net from "node:net";
 import * as path from "node:path";
 import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Clock } from "../src/platform/clock.ts";
 import { manualClock } from "./support/manual-clock.ts";

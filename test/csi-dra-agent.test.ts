@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { statusToJson, statusToText } from "../src/api/status.ts";
 import { Agent, type Event, type PluginStatus } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";

@@ -11,7 +11,7 @@ import * as http from "node:http";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { Code, createClient } from "@connectrpc/connect";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { ALLOCATION_REQUEST_MAX_BYTES, API_SOCKET_LIMITS } from "../src/server/limits.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH, MAX_RESOURCES_PER_REQUEST } from "../src/devicemanager/allocation.ts";

@@ -10,7 +10,7 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import type { ListenerLimits } from "../src/server/limits.ts";
 import { DeviceManager } from "../src/devicemanager/device-manager.ts";
 import { MAX_LIST_MESSAGE_BYTES } from "../src/devicemanager/names.ts";

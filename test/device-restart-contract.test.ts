@@ -14,7 +14,7 @@ import * as net from "node:net";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import { createClient } from "@connectrpc/connect";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";

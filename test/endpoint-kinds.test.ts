@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import type * as grpc from "@grpc/grpc-js";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { startDraService } from "./support/csi-dra-peers.ts";

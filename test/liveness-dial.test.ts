@@ -1,6 +1,6 @@
 /**
  * The liveness dial (src/liveness/dial.ts), wired to the plugin manager as
- * src/agent.ts wires it: with `reconcile.liveness.interval` set, registered
+ * src/agent/agent.ts wires it: with `reconcile.liveness.interval` set, registered
  * plugins whose handler does not watch its connection are dialled (connect
  * only) that often, and one that refuses becomes `stale`.
  */

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
 import * as grpc from "@grpc/grpc-js";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { startCsiDriver } from "./support/csi-dra-peers.ts";
 import { scopedTempDir } from "./support/device-node.ts";

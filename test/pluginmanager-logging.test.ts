@@ -3,7 +3,7 @@
  * once, with socket, type, name and reason; nothing on resyncs that change
  * nothing (an unattended node's log must not grow by itself).
  */
-import { handlerFactories } from "../src/agent.ts";
+import { handlerFactories } from "../src/agent/agent.ts";
 import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { handlerFactories } from "../src/agent.ts";
+import { handlerFactories } from "../src/agent/agent.ts";
 import type { GenericHandler } from "../src/handlers/generic.ts";
 import { PluginStatusCache } from "../src/api/plugin-status.ts";
 import { PluginManager } from "../src/pluginmanager/manager.ts";

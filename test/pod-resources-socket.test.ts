@@ -13,7 +13,7 @@ import * as path from "node:path";
 import { test, type TestContext } from "node:test";
 import * as grpc from "@grpc/grpc-js";
 import { createClient } from "@connectrpc/connect";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { servePodResourcesSocket } from "../src/api/pod-resources-socket.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test, type TestContext } from "node:test";
-import { EdgeplugAgent } from "../src/agent.ts";
+import { EdgeplugAgent } from "../src/agent/agent.ts";
 import type { ReportJson } from "../src/api/report.ts";
 import { reconcileOnce } from "../src/cli/reconcile-once.ts";
 import { decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { leaveStaleSocket, sensor, startTestPlugin } from "../../test/support/fake-plugin.ts";
 import { testPolicy } from "../../test/support/policy.ts";
 import { tempDir } from "../../test/support/temp-dir.ts";
-import { handlerFactories } from "../agent.ts";
+import { handlerFactories } from "../agent/agent.ts";
 import { decisionOnlyFactories, HANDLER_KINDS } from "../handlers/handler-kinds.ts";
 import { HandlerSet } from "../pluginmanager/handler-set.ts";
 import { probePlugin } from "./probe.ts";

@@ -5,7 +5,7 @@
  */
 import { once } from "node:events";
 import process from "node:process";
-import { EdgeplugAgent } from "../agent.ts";
+import { EdgeplugAgent } from "../agent/agent.ts";
 import { logDeviceHealth } from "../devicemanager/health-log.ts";
 import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";

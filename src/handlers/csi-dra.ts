@@ -1,6 +1,6 @@
 /**
  * The CSI and DRA handlers' long-lived registries, as the composition root
- * (src/agent.ts) holds them: one of each per agent, outliving policy reloads,
+ * (src/agent/agent.ts) holds them: one of each per agent, outliving policy reloads,
  * and what they add to each plugin's status.
  */
 import type { Logger } from "../log/logger.ts";

@@ -4,7 +4,7 @@
  * as they land (a factory returning a view of a long-lived manager, so that
  * a policy reload does not lose its state).
  *
- * A module of its own, apart from the agent (src/agent.ts), so that
+ * A module of its own, apart from the agent (src/agent/agent.ts), so that
  * `--reconcile-once` loads the handlers without the API servers, metrics and
  * event stream. `probe`, which registers nothing, loads none of this
  * (handler-kinds.ts); the kinds here are exactly HANDLER_KINDS.

@@ -6,7 +6,7 @@
  * Notify per registration, as with the kubelet. A socket that refuses (its
  * plugin died and left it) is reported to the plugin manager, which turns the
  * plugin `stale` and registers it again after a backoff window. It reads the
- * plugin manager's public surface only; src/agent.ts wires it.
+ * plugin manager's public surface only; src/agent/agent.ts wires it.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
 import type { PluginManager } from "../pluginmanager/manager.ts";

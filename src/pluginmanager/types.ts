@@ -49,5 +49,5 @@ export interface HandlerContext {
 
 /** Builds one declared type's handler, again when a reload changes its policy; starts nothing (`probe` builds them too). */
 export type HandlerFactory = (policy: HandlerPolicy, context: HandlerContext) => PluginHandler;
-/** This build's handler factories, handed in by the composition root (src/agent.ts). */
+/** This build's handler factories, handed in by the composition root (src/agent/agent.ts). */
 export type HandlerFactories = Readonly<Record<string, HandlerFactory>>;

@@ -1,6 +1,6 @@
 /**
  * A PluginManager for tests: built from a test policy, wired to a status
- * cache and a liveness dial as src/agent.ts wires them, stopped after the
+ * cache and a liveness dial as src/agent/agent.ts wires them, stopped after the
  * test, with its change events recorded and helpers that wait on its records.
  */
 import assert from "node:assert/strict";
@@ -8,7 +8,7 @@ import { EventEmitter } from "node:events";
 import type { TestContext } from "node:test";
 import { createLogger } from "../../src/log/logger.ts";
 import type { Logger } from "../../src/log/logger.ts";
-import { handlerFactories } from "../../src/agent.ts";
+import { handlerFactories } from "../../src/agent/agent.ts";
 import { LivenessDial } from "../../src/liveness/dial.ts";
 import { PluginManager } from "../../src/pluginmanager/manager.ts";
 import type { PluginManagerObserver } from "../../src/pluginmanager/manager.ts";

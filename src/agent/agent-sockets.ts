@@ -5,16 +5,16 @@
  * the kubelet's does, and the pod-resources socket.
  */
 import * as path from "node:path";
-import type { AgentMetrics } from "./api/metrics.ts";
-import { servePodResourcesSocket } from "./api/pod-resources-socket.ts";
-import { SocketKeeper } from "./server/socket-keeper.ts";
-import type { DeviceManager } from "./devicemanager/device-manager.ts";
-import { serveRegistration, type RegistrationServer } from "./devicemanager/registration-server.ts";
-import type { Logger } from "./log/logger.ts";
-import { canonicalDirectory } from "./platform/canonical-path.ts";
-import type { Policy } from "./policy/types.ts";
-import { requestReporter } from "./rpc/request-reports.ts";
-import type { UnixServer } from "./rpc/unix-server.ts";
+import type { AgentMetrics } from "../api/metrics.ts";
+import { servePodResourcesSocket } from "../api/pod-resources-socket.ts";
+import { SocketKeeper } from "../server/socket-keeper.ts";
+import type { DeviceManager } from "../devicemanager/device-manager.ts";
+import { serveRegistration, type RegistrationServer } from "../devicemanager/registration-server.ts";
+import type { Logger } from "../log/logger.ts";
+import { canonicalDirectory } from "../platform/canonical-path.ts";
+import type { Policy } from "../policy/types.ts";
+import { requestReporter } from "../rpc/request-reports.ts";
+import type { UnixServer } from "../rpc/unix-server.ts";
 
 export interface AgentSocketDeps {
   /** The policy in force (reloads change the resync period and maxPlugins). */

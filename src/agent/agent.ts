@@ -6,40 +6,40 @@
  * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
  */
 import { create } from "@bufbuild/protobuf";
-import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "./gen/edgeplug/v1/agent_pb.ts";
-import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "./api/agent-service.ts";
-import { serveApiSocket, type ApiSocketServer } from "./api/agent-socket.ts";
-import { requestReporter } from "./rpc/request-reports.ts";
-import { SocketKeeper } from "./server/socket-keeper.ts";
-import type { UnixServer } from "./rpc/unix-server.ts";
-import { EventStream } from "./api/event-stream.ts";
-import { createHealth, type Health } from "./api/health.ts";
-import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint, type SocketSample } from "./api/metrics.ts";
-import { buildStatus, pluginStatusFromRecord } from "./api/status.ts";
-import { handlerFactories } from "./handlers/factories.ts";
-import { DeviceManager, type DeviceChange } from "./devicemanager/device-manager.ts";
-import { deviceSettings } from "./devicemanager/device-settings.ts";
-import { CheckpointStore } from "./devicemanager/checkpoint/checkpoint.ts";
-import { checkpointStatus } from "./devicemanager/device-status.ts";
-import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "./handlers/csi-dra.ts";
-import { endpointRules } from "./endpoints/endpoint-rules.ts";
-import type { RegistrationServer } from "./devicemanager/registration-server.ts";
+import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "../gen/edgeplug/v1/agent_pb.ts";
+import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "../api/agent-service.ts";
+import { serveApiSocket, type ApiSocketServer } from "../api/agent-socket.ts";
+import { requestReporter } from "../rpc/request-reports.ts";
+import { SocketKeeper } from "../server/socket-keeper.ts";
+import type { UnixServer } from "../rpc/unix-server.ts";
+import { EventStream } from "../api/event-stream.ts";
+import { createHealth, type Health } from "../api/health.ts";
+import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint, type SocketSample } from "../api/metrics.ts";
+import { buildStatus, pluginStatusFromRecord } from "../api/status.ts";
+import { handlerFactories } from "../handlers/factories.ts";
+import { DeviceManager, type DeviceChange } from "../devicemanager/device-manager.ts";
+import { deviceSettings } from "../devicemanager/device-settings.ts";
+import { CheckpointStore } from "../devicemanager/checkpoint/checkpoint.ts";
+import { checkpointStatus } from "../devicemanager/device-status.ts";
+import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
+import { endpointRules } from "../endpoints/endpoint-rules.ts";
+import type { RegistrationServer } from "../devicemanager/registration-server.ts";
 import { keeping, keepPodResourcesSocket, keepRegistrationSocket, type AgentSocketDeps } from "./agent-sockets.ts";
-import type { Logger } from "./log/logger.ts";
-import { buildCommit, EDGEPLUG_VERSION } from "./platform/build-info.ts";
-import { logDescriptorLimit } from "./server/fd-limit.ts";
-import { runtimeName, runtimeVersion } from "./platform/runtime.ts";
-import type { Policy } from "./policy/types.ts";
-import type { Clock } from "./platform/clock.ts";
-import type { SocketIdentity } from "./platform/pinned-socket.ts";
-import { PluginManager, type PluginManagerObserver } from "./pluginmanager/manager.ts";
-import { REGISTRATION_ATTEMPTS_AT_ONCE } from "./pluginmanager/registration.ts";
-import { PluginStatusCache } from "./api/plugin-status.ts";
-import { LivenessDial } from "./liveness/dial.ts";
-import { Fleet } from "./fleet/fleet.ts";
+import type { Logger } from "../log/logger.ts";
+import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
+import { logDescriptorLimit } from "../server/fd-limit.ts";
+import { runtimeName, runtimeVersion } from "../platform/runtime.ts";
+import type { Policy } from "../policy/types.ts";
+import type { Clock } from "../platform/clock.ts";
+import type { SocketIdentity } from "../platform/pinned-socket.ts";
+import { PluginManager, type PluginManagerObserver } from "../pluginmanager/manager.ts";
+import { REGISTRATION_ATTEMPTS_AT_ONCE } from "../pluginmanager/registration.ts";
+import { PluginStatusCache } from "../api/plugin-status.ts";
+import { LivenessDial } from "../liveness/dial.ts";
+import { Fleet } from "../fleet/fleet.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
-export { handlerFactories } from "./handlers/factories.ts";
+export { handlerFactories } from "../handlers/factories.ts";
 
 export interface AgentOptions {
   policy: Policy;
