@@ -20,14 +20,12 @@
 import * as path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log/logger.ts";
-import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
 import type { RequestReports } from "../rpc/request-reports.ts";
-import { serveUnix, type UnixServer } from "../rpc/unix-server.ts";
-import { ConnectionGuard, type GuardAction } from "../server/connection-guard.ts";
+import type { UnixServer } from "../rpc/unix-server.ts";
+import type { GuardAction } from "../server/connection-guard.ts";
+import { serveGuardedGrpc } from "../server/guarded-grpc.ts";
 import { POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, TokenBucket, type ListenerLimits, type RateLimit } from "../server/limits.ts";
 import { podResourcesRoutes, type PodResourcesSource } from "./pod-resources-service.ts";
-import { routeByPreface } from "../server/protocol-router.ts";
-import { bindPrivately, removeIfOurs } from "../server/socket-bind.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
 
 export interface PodResourcesSocketOptions {
@@ -54,37 +52,24 @@ export async function servePodResourcesSocket(options: PodResourcesSocketOptions
   const { socketPath, log } = options;
   if (!path.isAbsolute(socketPath)) throw new Error(`podResources.socket must be an absolute path: ${socketPath}`);
   await claimSocketPath(socketPath, { expect: "kubelet-pod-resources", log, directoryMode: DIRECTORY_MODE });
-  const limits = options.limits ?? POD_RESOURCES_SOCKET_LIMITS;
-  const guard = new ConnectionGuard("pod-resources socket", limits, log, options.onLimit);
   const bucket = new TokenBucket(options.rateLimit ?? POD_RESOURCES_RATE_LIMIT, options.now);
   const admit = () => {
     if (bucket.take()) return;
     options.onLimit?.("rate_limited");
     throw new ConnectError(POD_RESOURCES_RATE_LIMITED, Code.ResourceExhausted);
   };
-  let inode = 0;
-  const server = await serveUnix(socketPath, podResourcesRoutes(options.devices, admit), {
-    accept(socket, serve) {
-      if (!guard.admit(socket)) return;
-      socket.on("error", () => {});
-      // gRPC only, as the kubelet: a client that does not open with HTTP/2's preface is closed.
-      routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
-        if (protocol !== "http2") return void socket.destroy();
-        // The kubelet's own pod-resources client (grpc-go) sends the socket path as :authority.
-        handOverHttp2(socket, head, serve, options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
-      });
-    },
-    onSession: (session) => guard.trackHttp2(session),
-    onRequest: (request, response) => guard.checkRequest(request, response),
+  // The kubelet's own pod-resources client (grpc-go) sends the socket path as :authority: served.
+  const server = await serveGuardedGrpc({
+    socketPath,
+    routes: podResourcesRoutes(options.devices, admit),
+    log,
+    limits: options.limits ?? POD_RESOURCES_SOCKET_LIMITS,
+    mode: SOCKET_MODE,
+    name: "pod-resources socket",
+    purpose: "the pod-resources API",
+    onLimit: options.onLimit,
     reports: options.reports,
-    onClose: () => guard.destroyAll(),
-    readMaxBytes: limits.maxRequestBodyBytes,
-    bind: async (listener) => void (inode = await bindPrivately(listener, socketPath, SOCKET_MODE, null, "the pod-resources API")),
   });
   log.info("pod-resources socket serving", { socket: socketPath, mode: `0${SOCKET_MODE.toString(8)}` });
-  const close = async () => {
-    await server.close();
-    removeIfOurs(socketPath, inode);
-  };
-  return { socketPath, close, [Symbol.asyncDispose]: close };
+  return server;
 }

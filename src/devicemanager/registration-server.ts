@@ -17,16 +17,13 @@
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
-import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import { Registration } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../log/logger.ts";
-import { ConnectionGuard } from "../server/connection-guard.ts";
 import { ApiRateLimiter, REGISTRATION_RATE_LIMITS, REGISTRATION_SOCKET_LIMITS, type ApiRateLimits, type ListenerLimits } from "../server/limits.ts";
-import { routeByPreface } from "../server/protocol-router.ts";
-import { bindPrivately, removeIfOurs } from "../server/socket-bind.ts";
+import { serveGuardedGrpc } from "../server/guarded-grpc.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
-import { serveUnix, type UnixServer } from "../rpc/unix-server.ts";
-import { handOverHttp2 } from "../rpc/authority-rewrite.ts";
+import type { UnixServer } from "../rpc/unix-server.ts";
 import type { RequestReports } from "../rpc/request-reports.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
 import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
@@ -92,14 +89,11 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
   await claimSocketPath(socketPath, { expect: "kubelet-registration", log, directoryMode: 0o750 });
   await removePluginSockets(directory, [socketPath, ...(options.keepSockets ?? [])], options.removeLiveSockets ?? false, log);
   // Plugins are untrusted here as everywhere: bounded like the API socket (docs/api.md, "Limits").
-  const limits = options.limits ?? REGISTRATION_SOCKET_LIMITS;
-  const guard = new ConnectionGuard("device plugin registration socket", limits, log);
   const rateLimiter = new ApiRateLimiter(options.rateLimits ?? REGISTRATION_RATE_LIMITS);
   /** The endpoints being dialled by Register calls in flight: each is dialled once at a time. */
   const pending = new Set<SocketIdentity>();
-  let inode = 0;
   const slotsHeld = () => manager.registrationSocketPlugins;
-  const server = await serveUnix(socketPath, (router) =>
+  const routes = (router: ConnectRouter) =>
     router.service(Registration, {
       async register(request, context) {
         const fields = { resource: request.resourceName, endpoint: request.endpoint, version: request.version };
@@ -149,45 +143,31 @@ export async function serveRegistration(options: RegistrationServerOptions): Pro
         log.info("device plugin registered", fields);
         return {};
       },
-    }),
-    {
-      maxConcurrentStreams: MAX_REGISTER_CALLS_PER_CONNECTION,
-      contextValues: (request) => createContextValues().set(connectionKey, request.stream.session ?? request),
-      // Runs before the request is read, like the API socket's rate limit.
-      requestGate: (context) => {
-        if (!rateLimiter.admit(context.values.get(connectionKey))) {
-          throw new ConnectError(`rate limit exceeded (${rateLimiter.describe()}); retry later`, Code.ResourceExhausted);
-        }
-      },
-      accept(socket, serve) {
-        if (!guard.admit(socket)) return;
-        socket.on("error", () => {});
-        // A client that never sends HTTP/2's preface is closed, as on the API socket.
-        routeByPreface(socket, limits.idleTimeoutMs, (protocol, head) => {
-          if (protocol !== "http2") return void socket.destroy();
-          // grpc-go device plugins send their socket path as :authority, which node:http2 alone would reset.
-          handOverHttp2(socket, head, serve, options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
-        });
-      },
-      onSession: (session) => guard.trackHttp2(session),
-      onRequest: (request, response) => guard.checkRequest(request, response),
-      reports: options.reports,
-      onClose: () => guard.destroyAll(),
-      readMaxBytes: limits.maxRequestBodyBytes,
-      log,
-      // Bound aside and linked into place, so that closing removes only this socket, never a file put there since.
-      bind: async (listener) => void (inode = await bindPrivately(listener, socketPath, SOCKET_MODE, null, "device plugin registration")),
+    });
+  const server = await serveGuardedGrpc({
+    socketPath,
+    routes,
+    log,
+    handlerLog: log,
+    limits: options.limits ?? REGISTRATION_SOCKET_LIMITS,
+    mode: SOCKET_MODE,
+    name: "device plugin registration socket",
+    purpose: "device plugin registration",
+    reports: options.reports,
+    maxConcurrentStreams: MAX_REGISTER_CALLS_PER_CONNECTION,
+    contextValues: (request) => createContextValues().set(connectionKey, request.stream.session ?? request),
+    // Runs before the request is read, like the API socket's rate limit.
+    requestGate: (context) => {
+      if (!rateLimiter.admit(context.values.get(connectionKey))) {
+        throw new ConnectError(`rate limit exceeded (${rateLimiter.describe()}); retry later`, Code.ResourceExhausted);
+      }
     },
-  );
+  });
   log.info("device plugin registration socket serving", { socket: socketPath });
-  const close = async () => {
-    await server.close();
-    removeIfOurs(socketPath, inode);
-  };
   return {
     socketPath,
-    close,
-    [Symbol.asyncDispose]: close,
+    close: () => server.close(),
+    [Symbol.asyncDispose]: () => server.close(),
     get slotsHeld() {
       return slotsHeld();
     },
