@@ -151,7 +151,7 @@ async function main(): Promise<void> {
           EDGEPLUG_BUILD_TARGET: JSON.stringify(target.name),
           EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
         },
-        plugins: group === "base" ? [withoutSocks] : [withoutSocks, onlyCommands(group)],
+        plugins: group === "base" ? [withoutSocks, mqttDependenciesFromNode] : [withoutSocks, mqttDependenciesFromNode, onlyCommands(group)],
       }),
     ),
     build({ ...common, entryPoints: [path.join(root, "src", "sea-loader.ts")], outfile: loaderFile }),
@@ -279,6 +279,28 @@ const withoutSocks = {
     plugin.onResolve({ filter: /^socks$/ }, () => ({ path: "socks", namespace: "without-socks" }));
     plugin.onLoad({ filter: /.*/, namespace: "without-socks" }, () => ({
       contents: 'exports.SocksClient = class { constructor() { throw new Error("edgeplug: SOCKS proxies are not supported"); } };',
+      loader: "js",
+    }));
+  },
+};
+
+/**
+ * mqtt.js's dependencies that Node carries already or that only browsers
+ * use: `readable-stream` (a copy of Node's streams, 190 KB of source, the
+ * same API as node:stream, which it defers to under READABLE_STREAM=disable)
+ * becomes node:stream, and `worker-timers` (for the `worker` timer variant,
+ * which the fleet link never asks for) a stub that throws. Loaded with the
+ * fleet link, they cost the agent memory for nothing.
+ */
+const mqttDependenciesFromNode = {
+  name: "mqtt-dependencies-from-node",
+  setup(plugin: PluginBuild) {
+    plugin.onResolve({ filter: /^(readable-stream|worker-timers)$/ }, (args) => ({ path: args.path, namespace: "mqtt-dependencies-from-node" }));
+    plugin.onLoad({ filter: /.*/, namespace: "mqtt-dependencies-from-node" }, (args) => ({
+      contents:
+        args.path === "readable-stream"
+          ? 'module.exports = require("node:stream");'
+          : 'exports.setInterval = exports.clearInterval = () => { throw new Error("edgeplug: worker timers are not in the bundle"); };',
       loader: "js",
     }));
   },

@@ -73,6 +73,8 @@ export class EdgeplugAgent {
   readonly health: Health;
   readonly #liveness: LivenessDial;
   readonly #fleet: Fleet;
+  /** Registration attempts running now: the fleet link sends nothing meanwhile (src/fleet/link.ts). */
+  #attemptsInFlight = 0;
   readonly metrics: AgentMetrics | null;
   /** The policy the running parts follow; its restart-bound settings are the ones bound at start. */
   #policy: Policy;
@@ -126,7 +128,7 @@ export class EdgeplugAgent {
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status(), undefined, undefined, { log: log.with({ component: "api" }) });
-    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry });
+    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry, registering: () => this.#attemptsInFlight > 0 });
     this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
@@ -297,7 +299,12 @@ export class EdgeplugAgent {
   #observer(): PluginManagerObserver {
     return {
       heartbeat: (source) => this.health.heartbeat(source),
+      attemptStarted: () => void (this.#attemptsInFlight += 1),
       attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.info?.type ?? null, attempt.durationMs / 1000, attempt.reason),
+      attemptSettled: () => {
+        this.#attemptsInFlight -= 1;
+        if (this.#attemptsInFlight === 0) this.#fleet.registrationsSettled();
+      },
       watchLimitsChanged: (reached) => this.events.publish({ case: "watchLimits", value: create(WatchLimitsEventSchema, { watchLimits: reached ?? undefined }) }),
     };
   }

@@ -4,6 +4,7 @@
  * password or certificate is picked up by the next connection), the
  * reconnect backoff, and small timer helpers.
  */
+import net from "node:net";
 import type { IClientOptions, MqttClient } from "mqtt";
 import type { FleetPolicy } from "../policy/types.ts";
 import { readCredentialFile, readSecretLine } from "./credentials.ts";
@@ -17,12 +18,45 @@ const CONNECT_TIMEOUT_MS = 10_000;
 /** How long a clean stop waits for the broker at each step (the last word, the disconnect). */
 const STOP_STEP_MS = 1_000;
 
-type MqttModule = typeof import("mqtt");
-let mqttModule: Promise<MqttModule> | undefined;
-/** mqtt.js is loaded with the first link: an agent without `fleet:` never evaluates it. */
-export function loadMqtt(): Promise<MqttModule> {
-  mqttModule ??= import("mqtt");
-  return mqttModule;
+type MqttClientClass = typeof import("mqtt").MqttClient;
+let mqttClientClass: Promise<MqttClientClass> | undefined;
+/**
+ * mqtt.js's client class, loaded with the first link: an agent without
+ * `fleet:` never evaluates it. Its client alone, not its index, whose
+ * connect() loads every protocol's stream builder at the first connection
+ * (WebSocket and TLS included: 1.7 MB more heap); the link dials its one
+ * protocol itself ({@link connectClient}).
+ */
+export function loadMqtt(): Promise<MqttClientClass> {
+  // A CommonJS module whose exports.default is the class: imported from ESM (Node) or from the bundle (esbuild), the
+  // namespace's default is those exports.
+  mqttClientClass ??= import("mqtt/lib/client").then((module) => {
+    const exported = (module as unknown as { default: MqttClientClass | { default: MqttClientClass } }).default;
+    return typeof exported === "function" ? exported : exported.default;
+  });
+  return mqttClientClass;
+}
+
+/** A client connecting to `options`' broker: plain TCP, or TLS (node:tls loaded only then) verified against the policy's CA. */
+export async function connectClient(options: IClientOptions): Promise<MqttClient> {
+  const Client = await loadMqtt();
+  const host = options.host!;
+  const port = options.port!;
+  if (options.protocol !== "mqtts") return new Client(() => net.connect({ host, port }), options);
+  // Not import(): the executable's bundle has no dynamic import of Node's modules.
+  const tls = process.getBuiltinModule("node:tls") as typeof import("node:tls");
+  const { ca, cert, key } = options;
+  return new Client((client) => {
+    const socket = tls.connect({ host, port, servername: net.isIP(host) === 0 ? host : undefined, ca, cert, key, rejectUnauthorized: true });
+    // A handshake that fails (an unknown CA, a wrong name) reaches the link as the client's error, with its reason.
+    const handshakeFailed = (error: Error) => {
+      client.emit("error", error);
+      socket.end();
+    };
+    socket.on("error", handshakeFailed);
+    socket.once("secureConnect", () => socket.removeListener("error", handshakeFailed));
+    return socket;
+  }, options);
 }
 
 /** The delay before the attempt that follows `failures` failures in a row. */
@@ -30,6 +64,9 @@ export function backoffDelay(failures: number, random: () => number): number {
   const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_INITIAL_MS * 2 ** Math.min(failures, 20));
   return Math.round(ceiling * (0.5 + random() / 2));
 }
+
+/** A timer for mqtt.js's keepalive manager that never fires. */
+const NO_KEEPALIVE_TIMER = { set: () => 0, clear: () => {} };
 
 /** mqtt.js's options for `url`; throws when a credential file cannot be used. */
 export function clientOptions(policy: FleetPolicy, url: string, protocolVersion: 4 | 5, willTopic: string): IClientOptions {
@@ -53,6 +90,9 @@ export function clientOptions(policy: FleetPolicy, url: string, protocolVersion:
     queueQoSZero: false,
     // mqtt-packet's cache is 65,536 two-byte Buffers made at the first packet: some 7 MB of heap for a link that sends a few packets a minute.
     writeCache: false,
+    // mqtt.js's keepalive timer fires twice per keepalive and pings when nothing was acknowledged meanwhile; the link's
+    // online refresh, once per keepalive and acknowledged, is its ping and its check that the broker answers (link.ts).
+    timerVariant: NO_KEEPALIVE_TIMER,
     will: { topic: willTopic, payload: Buffer.from(JSON.stringify(offline)), qos: policy.qos, retain: true },
   };
   if (policy.usernameFile !== null) options.username = readSecretLine(policy.usernameFile, "fleet.usernameFile");

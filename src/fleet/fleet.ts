@@ -16,6 +16,8 @@ export interface FleetOptions {
   events: EventStream;
   /** The agent's metrics registry, where edgeplug_fleet_* are added; absent without metrics. */
   registry?: Registry;
+  /** True while a plugin registration is in flight: the link holds its sending until {@link Fleet.registrationsSettled}. */
+  registering?: () => boolean;
 }
 
 export class Fleet {
@@ -47,9 +49,14 @@ export class Fleet {
     if (fleet === null) return;
     void this.#closing.then(() => {
       if (this.#wanted !== wanted) return;
-      const { log, status, events } = this.#options;
-      this.#link = new FleetLink({ log, status, events, policy: fleet, node: policy.nodeName, counters: this.counters });
+      const { log, status, events, registering } = this.#options;
+      this.#link = new FleetLink({ log, status, events, registering, policy: fleet, node: policy.nodeName, counters: this.counters });
     });
+  }
+
+  /** No registration is in flight any more: what the link held goes out now. */
+  registrationsSettled(): void {
+    this.#link?.resume();
   }
 
   /** StatusResponse.fleet: undefined while the fleet is off. */

@@ -13,7 +13,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IClientOptions, MqttClient } from "mqtt";
-import { backoffDelay, clientOptions, closeClient, later, loadMqtt } from "./connect.ts";
+import { backoffDelay, clientOptions, closeClient, connectClient, later } from "./connect.ts";
 import { FleetLinkStatusSchema, type FleetLinkStatus, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { EventStream } from "../api/event-stream.ts";
 import { statusToJson } from "../api/status.ts";
@@ -29,6 +29,8 @@ import { EventQueue, gapPayload } from "./event-queue.ts";
 const PUBLISH_WINDOW = 64;
 /** How often a refused or cut-off event subscription is tried again. */
 const RESUBSCRIBE_MS = 5_000;
+/** The longest the link's sending waits for registrations in flight to end (a plugin slow to answer must not hold the fleet). */
+export const REGISTRATION_HOLD_MAX_MS = 500;
 
 export type LinkState = "connecting" | "connected" | "error";
 
@@ -44,6 +46,8 @@ export interface FleetLinkOptions {
   counters: FleetCounters;
   /** For the backoff's jitter (default Math.random). */
   random?: () => number;
+  /** True while a plugin registration is in flight: status and events wait for {@link FleetLink.resume} (or {@link REGISTRATION_HOLD_MAX_MS}). */
+  registering?: () => boolean;
 }
 
 export class FleetLink {
@@ -52,6 +56,11 @@ export class FleetLink {
   readonly #status: () => StatusResponse;
   readonly #counters: FleetCounters;
   readonly #random: () => number;
+  readonly #registering: () => boolean;
+  /** When the sending started waiting for registrations in flight; null while it does not. */
+  #heldSince: number | null = null;
+  /** Ends a hold that lasted {@link REGISTRATION_HOLD_MAX_MS}. */
+  #holdTimer: (() => void) | null = null;
   readonly #topics: Record<FleetTopicKind, string>;
   readonly #abort = new AbortController();
 
@@ -67,6 +76,8 @@ export class FleetLink {
   #connectedAt: Date | null = null;
   #retryTimer: NodeJS.Timeout | null = null;
   #heartbeat: NodeJS.Timeout | null = null;
+  /** The last online refresh is not acknowledged yet. */
+  #refreshUnanswered = false;
   /** Topics whose last publish the broker refused, with its reason: the link is in error while any is. */
   readonly #refused = new Map<FleetTopicKind, string>();
 
@@ -84,6 +95,7 @@ export class FleetLink {
     this.#status = options.status;
     this.#counters = options.counters;
     this.#random = options.random ?? Math.random;
+    this.#registering = options.registering ?? (() => false);
     this.#queue = new EventQueue(() => (this.#counters.drops += 1));
     const topic = (kind: FleetTopicKind) => fleetTopic(options.policy.prefix, options.node, kind);
     this.#topics = { online: topic("online"), status: topic("status"), events: topic("events") };
@@ -126,11 +138,49 @@ export class FleetLink {
     await closeClient(client, this.#connectedAt === null ? null : { topic: this.#topics.online, payload: JSON.stringify(offline) });
   }
 
+  /** Registrations in flight ended: what waited for them is sent. */
+  resume(): void {
+    this.#holdTimer?.();
+    this.#holdTimer = null;
+    this.#heldSince = null;
+    if (this.#stopping) return;
+    if (this.#statusDirty) this.#scheduleStatus();
+    this.#pump();
+  }
+
+  /**
+   * Whether sending waits now: while the agent registers a plugin, the link
+   * builds no status and writes nothing, so that a registration never
+   * shares its turns of the event loop with the fleet; the registration's
+   * end (or {@link REGISTRATION_HOLD_MAX_MS}) sends what waited.
+   */
+  #held(): boolean {
+    if (!this.#registering()) {
+      this.#heldSince = null;
+      return false;
+    }
+    const now = performance.now();
+    this.#heldSince ??= now;
+    const left = this.#heldSince + REGISTRATION_HOLD_MAX_MS - now;
+    if (left <= 0) {
+      // Held long enough: this send goes; the next one may wait again.
+      this.#heldSince = null;
+      return false;
+    }
+    this.#holdTimer ??= later(left, () => {
+      this.#holdTimer = null;
+      this.#scheduleStatus();
+      this.#pump();
+    });
+    return true;
+  }
+
   #clearTimers(): void {
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
     if (this.#heartbeat) clearInterval(this.#heartbeat);
     this.#statusTimer?.();
-    this.#retryTimer = this.#heartbeat = this.#statusTimer = null;
+    this.#holdTimer?.();
+    this.#retryTimer = this.#heartbeat = this.#statusTimer = this.#holdTimer = null;
   }
 
   #setState(state: LinkState, error: string | null): void {
@@ -156,10 +206,18 @@ export class FleetLink {
       this.#failed(messageOf(error), false);
       return;
     }
-    const mqtt = await loadMqtt();
-    if (this.#stopping) return;
+    let client: MqttClient;
+    try {
+      client = await connectClient(options);
+    } catch (error) {
+      this.#failed(messageOf(error), false);
+      return;
+    }
+    if (this.#stopping) {
+      void closeClient(client, null);
+      return;
+    }
     this.#log.debug("fleet link connecting", { broker: url, protocol: options.protocolVersion });
-    const client = mqtt.connect(options);
     this.#client = client;
     let lastError: string | null = null;
     let protocolRefused = false;
@@ -192,8 +250,9 @@ export class FleetLink {
     this.#connectedAt = new Date();
     this.#refused.clear();
     this.#setState("connected", null);
+    this.#refreshUnanswered = false;
     this.#publishOnline(client);
-    this.#heartbeat = setInterval(() => this.#publishOnline(client), this.policy.keepaliveMs);
+    this.#heartbeat = setInterval(() => this.#refreshOnline(client), this.policy.keepaliveMs);
     this.#heartbeat.unref();
     this.#statusDirty = true;
     this.#scheduleStatus();
@@ -221,15 +280,33 @@ export class FleetLink {
     this.#retryTimer = setTimeout(() => void this.#attempt(), delay);
   }
 
+  /**
+   * The keepalive's one wakeup: the online topic's refresh is also the
+   * connection's ping (mqtt.js's own keepalive timer is off, see
+   * connect.ts), so the broker hears from the link once per keepalive, and
+   * a broker that left the last refresh unacknowledged for a whole
+   * keepalive is given up, as a missing PINGRESP would be.
+   */
+  #refreshOnline(client: MqttClient): void {
+    if (this.#refreshUnanswered) {
+      client.emit("error", new Error(`the broker did not acknowledge the online refresh within the keepalive (${this.policy.keepaliveMs / 1000} s)`));
+      client.stream.destroy();
+      return;
+    }
+    this.#publishOnline(client);
+  }
+
+  /** QoS 1 whatever fleet.qos: its acknowledgement tells the link the broker is there. */
   #publishOnline(client: MqttClient): void {
     const now = new Date().toISOString();
     const online: OnlinePayload = { online: true, since: this.#connectedAt!.toISOString(), version: EDGEPLUG_VERSION, updatedAt: now };
-    this.#publish(client, "online", JSON.stringify(online), true, () => {});
+    this.#refreshUnanswered = true;
+    this.#publish(client, "online", JSON.stringify(online), true, () => (this.#refreshUnanswered = false), 1);
   }
 
-  /** Publishes and counts; a refusal the broker names (MQTT 5 reason code) puts the link in error until that topic is accepted again. */
-  #publish(client: MqttClient, kind: FleetTopicKind, payload: string, retain: boolean, done: (accepted: boolean) => void): void {
-    client.publish(this.#topics[kind], payload, { qos: this.policy.qos, retain }, (error) => {
+  /** Publishes and counts; a refusal the broker names (MQTT 5 reason code) puts the link in error until that topic is accepted again. `done` hears each answer of the broker. */
+  #publish(client: MqttClient, kind: FleetTopicKind, payload: string, retain: boolean, done: (accepted: boolean) => void, qos: 0 | 1 = this.policy.qos): void {
+    client.publish(this.#topics[kind], payload, { qos, retain }, (error) => {
       if (this.#client !== client) return;
       if (error) {
         const code = (error as { code?: unknown }).code;
@@ -294,7 +371,7 @@ export class FleetLink {
   #publishStatus(): void {
     this.#statusTimer = null;
     const client = this.#client;
-    if (!client || this.#connectedAt === null || !this.#statusDirty) return;
+    if (!client || this.#connectedAt === null || !this.#statusDirty || this.#held()) return;
     this.#statusDirty = false;
     this.#lastStatusAt = performance.now();
     const payload = JSON.stringify(statusToJson(this.#status()));
@@ -310,7 +387,7 @@ export class FleetLink {
   /** Sends queued events in order, at most {@link PUBLISH_WINDOW} unacknowledged. */
   #pump(): void {
     const client = this.#client;
-    if (!client || this.#connectedAt === null) return;
+    if (!client || this.#connectedAt === null || this.#held()) return;
     for (const entry of this.#queue.nextToSend(PUBLISH_WINDOW)) {
       this.#publish(client, "events", entry.payload ?? gapPayload(entry, new Date()), false, (accepted) => {
         this.#queue.settle(entry, accepted);

@@ -38,6 +38,8 @@ export interface PluginManagerObserver {
   attemptStarted?(socket: SocketIdentity, at: number): void;
   /** Every attempt that ended, except aborted ones. */
   attemptEnded?(attempt: AttemptReport): void;
+  /** Every attempt once it is over, aborted ones too (after attemptEnded): with attemptStarted, what is in flight. */
+  attemptSettled?(socket: SocketIdentity): void;
   /** A registered plugin left the actual state outside an attempt: `stale` (its connection or socket died) or `pending` (the policy now refuses it). */
   deregistered?(socket: SocketIdentity, state: "stale" | "pending", failure: Failure): void;
   /** The watcher started or stopped leaving something out, or left out other counts; null: nothing left out. */
@@ -174,6 +176,8 @@ export class Reconciler {
       // Wall-clock times (status shows them); a step back between the two must not record a negative duration.
       observer.attemptEnded?.({ socket: desired.socket, inode: desired.inode, ...outcome, endedAt, durationMs: Math.max(0, endedAt - startedAt) });
     }
+    // registerPlugin never throws, and the manager's observer is guarded: every attemptStarted gets this.
+    observer.attemptSettled?.(desired);
     const result = outcome.state === "registered" ? "succeeded" : outcome.state === "aborted" ? "aborted" : "failed";
     if (context.policy === policy) return result;
     // Decided under a superseded policy, whose reload forgot this socket's backoff: decide again now.
