@@ -4,6 +4,7 @@
  * `--watch` stays subscribed and redraws on change.
  */
 import type { IClientOptions, MqttClient } from "mqtt";
+import { connectClient } from "../fleet/connect.ts";
 import { readCredentialFile, readSecretLine } from "../fleet/credentials.ts";
 import { FleetView, fleetToJson, fleetToText } from "../fleet/fleet-view.ts";
 import { FLEET_TOPIC_VERSION, nodeFromLevel } from "../fleet/topics.ts";
@@ -86,9 +87,14 @@ export const fleetCommand: Command = {
     } catch (error) {
       throw new UsageError(`edgeplug fleet status: ${messageOf(error)}`);
     }
-    const { connect } = await import("mqtt");
     const view = new FleetView();
-    const client = connect(clientOptions);
+    let client: MqttClient;
+    try {
+      client = await connectClient(clientOptions);
+    } catch (error) {
+      io.stderr(printable(`edgeplug fleet status: broker ${values.broker}: ${messageOf(error)}`) + "\n");
+      return EXIT_FAILURE;
+    }
     const fail = (why: string) => {
       io.stderr(printable(`edgeplug fleet status: broker ${values.broker}: ${why}`) + "\n");
       return EXIT_FAILURE;

@@ -24,6 +24,7 @@ export const CODE_CACHE_COMMANDS = {
   policy: ["validate", "policy"],
   status: ["status", "allocate", "release"],
   probe: ["probe"],
+  fleet: ["fleet"],
 } as const satisfies Record<string, readonly string[]>;
 export type CodeCacheName = keyof typeof CODE_CACHE_COMMANDS;
 export const CODE_CACHE_NAMES = Object.keys(CODE_CACHE_COMMANDS) as CodeCacheName[];
