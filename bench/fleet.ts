@@ -8,10 +8,12 @@
  *   - a plugin registered (its NotifyRegistrationStatus arrived) -> a
  *     subscriber sees it in the retained status,
  *     p50 with `minInterval: 0s` (target <= 20 ms);
- *   - idle: RSS and CPU of each agent over a window, and its voluntary
- *     context switches (wakeups), against the agent without the fleet
- *     (target: at most 3 MB more, and no wakeup between keepalives beyond
- *     the one online refresh per keepalive that replaces the ping);
+ *   - idle: RSS (and its private part) and CPU of each agent over a window,
+ *     and its voluntary context switches (wakeups: the main thread's and
+ *     all threads'), against the agent without the fleet (target: at most
+ *     3 MB more, and no wakeup between keepalives beyond the one online
+ *     refresh per keepalive that replaces the ping: its timer and its
+ *     acknowledgement);
  *   - the sizes of the payloads, for docs/fleet.md's arithmetic.
  * Env: BENCH_FLEET_TRIALS (default 40), BENCH_FLEET_IDLE_MS (default 30 s).
  */
@@ -22,7 +24,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { shortTempDir, startEdgeplug, type AgentProcess } from "../test/support/agent-process.ts";
 import { freePort, startMosquitto, subscribe, writeFleetPolicy } from "../test/support/brokers.ts";
 import { startFakePlugin } from "../test/support/fake-plugin.ts";
-import { clockTicksPerSecond, cpuTicks, residentKiB } from "./support/proc.ts";
+import { clockTicksPerSecond, cpuTicks, residentMemory } from "./support/proc.ts";
 
 const TRIALS = Number(process.env.BENCH_FLEET_TRIALS) || 40;
 const IDLE_MS = Number(process.env.BENCH_FLEET_IDLE_MS) || 30_000;
@@ -42,13 +44,22 @@ function percentile(values: number[], p: number): number {
   return Math.round(sorted[Math.min(sorted.length - 1, Math.floor((sorted.length - 1) * p))]! * 100) / 100;
 }
 
-function voluntarySwitches(pid: number): number {
-  let total = 0;
+/**
+ * Voluntary context switches (a thread blocked, then woke): the main
+ * thread's, where every timer and socket read of the link runs, and all
+ * threads' (V8's workers wake for the garbage collector whatever the link
+ * does, tens of times a minute, fleet or not).
+ */
+function voluntarySwitches(pid: number): { main: number; all: number } {
+  let main = 0;
+  let all = 0;
   for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
     const status = fs.readFileSync(`/proc/${pid}/task/${task}/status`, "utf8");
-    total += Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status)?.[1] ?? 0);
+    const count = Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status)?.[1] ?? 0);
+    all += count;
+    if (task === String(pid)) main += count;
   }
-  return total;
+  return { main, all };
 }
 
 export async function run(): Promise<object> {
@@ -115,13 +126,19 @@ export async function run(): Promise<object> {
     const idle = Object.fromEntries(
       (["off", "on", "down"] as const).map((mode) => {
         const pid = agents[mode].agent.child.pid!;
+        const switches = voluntarySwitches(pid);
+        const perMinute = (count: number) => Math.round((count * 60_000) / IDLE_MS);
+        const memory = residentMemory(pid);
         return [mode, {
-          rssKiB: residentKiB(pid),
+          rssKiB: memory.rssKiB,
+          anonKiB: memory.anonKiB,
+          fileKiB: memory.fileKiB,
           cpuMs: ((cpuTicks(pid) - before[mode]!.ticks) * 1000) / ticksPerSecond,
-          wakeupsPerMinute: Math.round(((voluntarySwitches(pid) - before[mode]!.switches) * 60_000) / IDLE_MS),
+          wakeupsPerMinute: perMinute(switches.all - before[mode]!.switches.all),
+          mainThreadWakeupsPerMinute: perMinute(switches.main - before[mode]!.switches.main),
         }];
       }),
-    ) as Record<Mode, { rssKiB: number; cpuMs: number; wakeupsPerMinute: number }>;
+    ) as Record<Mode, { rssKiB: number; anonKiB: number; fileKiB: number; cpuMs: number; wakeupsPerMinute: number; mainThreadWakeupsPerMinute: number }>;
     const statusPayload = watcher.messages.at(-1)?.text ?? "";
     const eventsWatcher = await subscribe(t, broker.url, "edgeplug/v1/bench-on/#");
     await eventsWatcher.waitFor("the retained online and status", (messages) => messages.length >= 2);
@@ -153,8 +170,16 @@ export async function run(): Promise<object> {
         plugins: 10,
         agents: idle,
         rssAddedKiB: { on: idle.on.rssKiB - idle.off.rssKiB, brokerDown: idle.down.rssKiB - idle.off.rssKiB, targetKiB: TARGET_IDLE_RSS_KIB },
+        // Private memory (heap, malloc): what the link holds. The rest of RSS is pages of the executable file, shared
+        // and clean, whose count varies by megabytes between processes with how the page cache maps them.
+        anonAddedKiB: { on: idle.on.anonKiB - idle.off.anonKiB, brokerDown: idle.down.anonKiB - idle.off.anonKiB },
         cpuAddedMs: { on: idle.on.cpuMs - idle.off.cpuMs, brokerDown: idle.down.cpuMs - idle.off.cpuMs },
         wakeupsAddedPerMinute: { on: idle.on.wakeupsPerMinute - idle.off.wakeupsPerMinute, brokerDown: idle.down.wakeupsPerMinute - idle.off.wakeupsPerMinute, keepalivesPerMinute: 60 / KEEPALIVE_S },
+        // Per keepalive, the link's own: the online refresh's timer and its acknowledgement's arrival.
+        mainThreadWakeupsAddedPerKeepalive: {
+          on: Math.round(((idle.on.mainThreadWakeupsPerMinute - idle.off.mainThreadWakeupsPerMinute) * KEEPALIVE_S) / 6) / 10,
+          brokerDown: Math.round(((idle.down.mainThreadWakeupsPerMinute - idle.off.mainThreadWakeupsPerMinute) * KEEPALIVE_S) / 6) / 10,
+        },
       },
       payloadBytes: { online: Buffer.byteLength(online), statusWith10Plugins: Buffer.byteLength(statusPayload), pluginEvent: Buffer.byteLength(event) },
     };
