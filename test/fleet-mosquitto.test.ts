@@ -4,7 +4,8 @@
  * will on kill -9 and `online: false` on a clean stop; the broker stopped
  * while plugins churn (reconnect, republish, the queue and its gap); wrong
  * credentials and an ACL refusal that leave the agent healthy, named in
- * `status` and logged once; a TLS listener.
+ * `status` and logged once; a TLS listener; a frozen broker, given up when
+ * the online refresh (the keepalive) goes unacknowledged.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -75,6 +76,30 @@ test("mosquitto: a registered plugin is in the retained status, events arrive in
   }, 2_000);
   assert.ok(Date.now() - stoppedAt < 2_000);
   assert.equal((await again.exited).code, 0);
+});
+
+test("mosquitto frozen (SIGSTOP, its connections open): the link gives the connection up within 2 x keepalive as its online refresh goes unacknowledged, and is back once the broker answers", async (t) => {
+  const broker = await startMosquitto(t);
+  const dir = tempDir(t);
+  const keepaliveMs = 2_000;
+  const policy = writeFleetPolicy(dir, "node-z", `  brokers: ["${broker.url}"]\n  keepalive: ${keepaliveMs / 1000}s`);
+  const agent = await startAgent(t, policy.path);
+  await agent.waitForLog("fleet link connected");
+  broker.signal("SIGSTOP");
+  const frozenAt = Date.now();
+  try {
+    const lost = await agent.waitForLog("fleet link lost, reconnecting", 4 * keepaliveMs);
+    // The last acknowledged refresh was at most a keepalive before the freeze; the next unanswered one is given up a keepalive later.
+    assert.ok(Date.now() - frozenAt <= 2 * keepaliveMs + 1_500, `noticed after ${Date.now() - frozenAt} ms`);
+    assert.match(String(lost.error), /did not acknowledge the online refresh within the keepalive/);
+    assert.notEqual((await statusJson(policy.apiSocket)).fleet.state, "connected");
+  } finally {
+    broker.signal("SIGCONT");
+  }
+  await agent.waitForLog("fleet link connected", 30_000, () => agent.logs().filter((r) => r.msg === "fleet link connected").length >= 2);
+  assert.equal((await statusJson(policy.apiSocket)).fleet.state, "connected");
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
 });
 
 test("mosquitto stopped while 20 plugins churn: the agent reconnects by itself, republishes online and status, sends queued events in order, and a gap beyond the bound", async (t) => {

@@ -71,6 +71,8 @@ export interface Mosquitto {
   stop(): Promise<void>;
   /** Starts again on the same ports. */
   start(): Promise<void>;
+  /** Sends `signal` to the running broker (SIGSTOP: it holds its connections and answers nothing). */
+  signal(signal: NodeJS.Signals): void;
 }
 
 export async function startMosquitto(t: CleansUpAfter, options: MosquittoOptions = {}): Promise<Mosquitto> {
@@ -121,6 +123,9 @@ export async function startMosquitto(t: CleansUpAfter, options: MosquittoOptions
       await exited;
     },
     start,
+    signal(signal) {
+      child!.kill(signal);
+    },
   };
 }
 
