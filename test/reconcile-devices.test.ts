@@ -144,4 +144,6 @@ test("a daemon beside the run keeps its checkpoint and its registration socket",
   assert.equal(report.checkpoint?.writes, 0, "the daemon's checkpoint is not written");
   assert.equal(fs.statSync(policy.checkpoint.path).mtimeMs, before.mtimeMs);
   assert.ok(fs.existsSync(policy.devicePlugins.registrationSocket!), "the daemon's registration socket is still there");
+  // The report says that device plugins registered with the daemon on kubelet.sock are out of its sight.
+  assert.equal(report.registrationSocketHeldBy, `the edgeplug daemon serving ${policy.api.socket}`);
 });

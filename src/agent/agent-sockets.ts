@@ -4,12 +4,15 @@
  * (kubelet.sock), whose first start removes the plugin sockets beside it as
  * the kubelet's does, and the pod-resources socket.
  */
+import * as fs from "node:fs";
+import * as net from "node:net";
 import * as path from "node:path";
 import type { AgentMetrics } from "../api/metrics.ts";
 import { servePodResourcesSocket } from "../api/pod-resources-socket.ts";
 import { SocketKeeper } from "../server/socket-keeper.ts";
 import type { DeviceManager } from "../devicemanager/device-manager.ts";
 import { serveRegistration, type RegistrationServer } from "../devicemanager/registration-server.ts";
+import { SocketInUseError } from "../server/socket-guard.ts";
 import type { Logger } from "../log/logger.ts";
 import { canonicalDirectory } from "../platform/canonical-path.ts";
 import type { Policy } from "../policy/types.ts";
@@ -56,6 +59,65 @@ export async function keepRegistrationSocket(deps: AgentSocketDeps, slotsHeldByM
   });
 }
 
+/** kubelet.sock as a once-mode agent serves it (agent/once.ts). */
+export interface OnceRegistration {
+  server: RegistrationServer;
+  socket: string;
+  /** When it began serving (performance.now()). */
+  servedSince: number;
+  /** Sockets in its directory that accepted connections before it was served: device plugins already running. */
+  liveAtStart: string[];
+}
+
+/**
+ * Serves kubelet.sock for one run, not kept at its path: null when the policy
+ * has none or no DevicePlugin handler; who holds it when another process does
+ * (logged).
+ * Live plugin sockets beside it stay (only stale ones go); those are noted so
+ * that the run waits for their plugins to register again.
+ */
+export async function serveRegistrationOnce(deps: AgentSocketDeps, slotsHeldByManager: () => number): Promise<OnceRegistration | { heldBy: string } | null> {
+  const policy = deps.policy();
+  const { registrationSocket } = policy.devicePlugins;
+  if (registrationSocket === null || !policy.handlers.has("DevicePlugin")) return null;
+  const slots = { limit: () => policy.security.maxPlugins, heldElsewhere: slotsHeldByManager };
+  const liveAtStart = await liveSocketsBeside(registrationSocket, policy.security.maxPlugins);
+  try {
+    const server = await serveRegistration({ socketPath: registrationSocket, manager: deps.devices, log: deps.log, slots });
+    return { server, socket: registrationSocket, servedSince: performance.now(), liveAtStart };
+  } catch (error) {
+    if (!(error instanceof SocketInUseError)) throw error;
+    deps.log.warn("device plugins registering on the registration socket are not collected: it is served by another process", { socket: registrationSocket, holder: error.holder });
+    return { heldBy: error.holder };
+  }
+}
+
+/**
+ * Sockets beside `registrationSocket` (not it) that accept connections: at
+ * most `limit` of them looked at, since the directory is anyone's who may
+ * write there. Nothing when the directory cannot be read (serving
+ * kubelet.sock then says why).
+ */
+async function liveSocketsBeside(registrationSocket: string, limit: number): Promise<string[]> {
+  let directory: string;
+  let entries: fs.Dirent[];
+  try {
+    // Real paths, as a registered plugin's endpoint is known by its real path.
+    directory = fs.realpathSync(path.dirname(registrationSocket));
+    entries = fs.readdirSync(directory, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  const sockets = entries
+    .filter((entry) => entry.isSocket())
+    .map((entry) => path.join(directory, entry.name))
+    .filter((socket) => socket !== path.join(directory, path.basename(registrationSocket)))
+    .sort()
+    .slice(0, limit);
+  const live = await Promise.all(sockets.map(async (socket) => ((await acceptsConnections(socket)) ? socket : null)));
+  return live.filter((socket) => socket !== null);
+}
+
 /** Serves podResources.socket when the policy has one; null otherwise. */
 export async function keepPodResourcesSocket(deps: AgentSocketDeps): Promise<SocketKeeper<UnixServer> | null> {
   const socketPath = deps.policy().podResources.socket;
@@ -89,4 +151,18 @@ export function removesLiveSocketsAtStart(policy: Policy, log: Logger): boolean 
   if (watched === undefined) return true;
   log.info("device plugin sockets are left at start: their directory is watched", { directory, watch: watched.path });
   return false;
+}
+
+/** Whether something accepts connections on the unix socket `socketPath` (a running daemon's API, a plugin). */
+export function acceptsConnections(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(socketPath);
+    const done = (answered: boolean) => {
+      socket.destroy();
+      resolve(answered);
+    };
+    socket.setTimeout(1000, () => done(true));
+    socket.once("connect", () => done(true));
+    socket.once("error", () => done(false));
+  });
 }

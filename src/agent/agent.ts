@@ -24,7 +24,7 @@ import { checkpointStatus } from "../devicemanager/device-status.ts";
 import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
 import { endpointRules } from "../endpoints/endpoint-rules.ts";
 import type { RegistrationServer } from "../devicemanager/registration-server.ts";
-import { keeping, keepPodResourcesSocket, keepRegistrationSocket, type AgentSocketDeps } from "./agent-sockets.ts";
+import { keeping, keepPodResourcesSocket, keepRegistrationSocket, serveRegistrationOnce, type AgentSocketDeps, type OnceRegistration } from "./agent-sockets.ts";
 import type { Logger } from "../log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import { logDescriptorLimit } from "../server/fd-limit.ts";
@@ -46,6 +46,13 @@ export interface AgentOptions {
   log: Logger;
   /** The clock of the plugin manager's timers and of health's heartbeat bound (default: the system's). */
   clock?: Clock;
+  /** `run --reconcile-once` (once.ts): discovery, devices and kubelet.sock only; absent, the daemon. */
+  once?: OnceMode;
+}
+
+export interface OnceMode {
+  /** A daemon beside the run serves the API socket: it owns the checkpoint (read, not written) and kubelet.sock (not served). */
+  daemonBeside: boolean;
 }
 
 /** Readiness gates (docs/api.md, /readyz). */
@@ -83,12 +90,17 @@ export class EdgeplugAgent {
   #metricsEndpoint: MetricsEndpoint | null = null;
   #registrationServer: SocketKeeper<RegistrationServer> | null = null;
   #podResources: SocketKeeper<UnixServer> | null = null;
+  readonly #once: OnceMode | null;
+  #onceRegistration: OnceRegistration | null = null;
+  /** Once mode: who serves kubelet.sock instead of this run, when someone does. */
+  #onceRegistrationHolder: string | null = null;
   #stopped: Promise<void> | null = null;
 
   constructor(options: AgentOptions) {
     const { policy, log } = options;
     this.#policy = policy;
     this.#log = log;
+    this.#once = options.once ?? null;
     this.health = createHealth({
       resyncMs: policy.reconcile.resyncMs,
       heartbeats: ["reconciler"],
@@ -96,7 +108,7 @@ export class EdgeplugAgent {
       now: options.clock ? () => options.clock!.now() : undefined,
     });
     this.metrics =
-      policy.api.metrics === null
+      policy.api.metrics === null || this.#once !== null
         ? null
         : createMetrics({
             plugins: () => this.pluginStatus.plugins(),
@@ -110,6 +122,7 @@ export class EdgeplugAgent {
       log,
       ...deviceSettings(policy),
       store: new CheckpointStore({ path: policy.checkpoint.path, log }),
+      readOnly: this.#once?.daemonBeside,
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
       observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
       liveElsewhere: (endpoint) => csiDraEndpointHolder(this.#csiDra, endpoint),
@@ -124,7 +137,7 @@ export class EdgeplugAgent {
       observers: [this.#observer(), this.pluginStatus],
       handlers: handlerFactories(this.devices, this.#csiDra),
       clock: options.clock,
-      slotsHeldElsewhere: () => this.#registrationServer?.server?.slotsHeld ?? this.devices.registrationSocketPlugins,
+      slotsHeldElsewhere: () => this.#registrationServer?.server?.slotsHeld ?? this.#onceRegistration?.server.slotsHeld ?? this.devices.registrationSocketPlugins,
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status(), undefined, undefined, { log: log.with({ component: "api" }) });
@@ -148,6 +161,7 @@ export class EdgeplugAgent {
    * cannot be created.
    */
   async start(): Promise<void> {
+    if (this.#once) return this.#startOnce(this.#once);
     const { api } = this.#policy;
     try {
       if (api.socket !== null) {
@@ -202,6 +216,41 @@ export class EdgeplugAgent {
       metrics: this.#metricsEndpoint?.url ?? null,
       watch: this.#policy.watch.map((dir) => dir.path),
     });
+  }
+
+  /** Once mode: discovery and kubelet.sock (unless a daemon beside serves it), after the checkpoint is read. */
+  async #startOnce(once: OnceMode): Promise<void> {
+    try {
+      const { registrationSocket } = this.#policy.devicePlugins;
+      if (once.daemonBeside) {
+        if (registrationSocket !== null && this.#policy.handlers.has("DevicePlugin")) this.#onceRegistrationHolder = `the edgeplug daemon serving ${this.#policy.api.socket}`;
+      } else {
+        const served = await serveRegistrationOnce(this.#socketDeps(), () => this.manager.slotsHeld);
+        if (served !== null && "heldBy" in served) this.#onceRegistrationHolder = served.heldBy;
+        else this.#onceRegistration = served;
+      }
+      await this.devices.restore();
+      await this.manager.start();
+    } catch (error) {
+      await this.stop();
+      throw error;
+    }
+    if (once.daemonBeside) {
+      this.#log.warn("an edgeplug daemon serves the API socket: the checkpoint is read, not written, and device plugins registered with it on kubelet.sock are not seen", {
+        socket: this.#policy.api.socket,
+        checkpoint: this.#policy.checkpoint.path,
+      });
+    }
+  }
+
+  /** Once mode: kubelet.sock as this run serves it, or null (not served). */
+  get onceRegistration(): OnceRegistration | null {
+    return this.#onceRegistration;
+  }
+
+  /** Once mode: who serves kubelet.sock instead of this run (its device plugins are not seen), or null. */
+  get onceRegistrationHolder(): string | null {
+    return this.#onceRegistrationHolder;
   }
 
   #socketSamples(): SocketSample[] {
@@ -268,7 +317,15 @@ export class EdgeplugAgent {
     this.#stopped ??= (async () => {
       this.events.close();
       this.#liveness.stop();
-      await Promise.all([this.#api?.close(), this.#metricsEndpoint?.close(), this.#registrationServer?.close(), this.#podResources?.close(), this.manager.stop(), this.#fleet.stop()]);
+      await Promise.all([
+        this.#api?.close(),
+        this.#metricsEndpoint?.close(),
+        this.#registrationServer?.close(),
+        this.#onceRegistration?.server.close(),
+        this.#podResources?.close(),
+        this.manager.stop(),
+        this.#fleet.stop(),
+      ]);
       await Promise.all([this.devices.stop(), this.#csiDra.dra.close()]);
       this.metrics?.close();
     })();

@@ -64,3 +64,16 @@ test("the text report ends with one verdict line, and says when the expectations
   const failing = reportToText(buildReport(status, none, startedAt, finishedAt), status).trimEnd().split("\n");
   assert.equal(failing.at(-1), "reconcile-once FAILED in 250 ms");
 });
+
+test("a run that left kubelet.sock to a daemon says that the daemon's device plugins are out of its sight", () => {
+  const status = buildStatus({ node: "n", plugins: [good] });
+  const expectations: Expectations = { expect: null, require: [], resources: { "example.com/dev": 2 }, strict: false };
+  const seen = { registered: [], silent: [], seen: new Set<string>(), registrationSocket: null, timeoutMs: 1000 };
+  const held = buildReport(status, expectations, startedAt, finishedAt, { ...seen, registrationSocketHeldBy: "the edgeplug daemon serving /run/edgeplug/api.sock" });
+  assert.equal(held.registrationSocketHeldBy, "the edgeplug daemon serving /run/edgeplug/api.sock");
+  const lines = reportToText(held, status).trimEnd().split("\n");
+  const unmet = lines.findIndex((line) => line.startsWith("unmet: expected resource example.com/dev"));
+  assert.ok(unmet > 0, lines.join("\n"));
+  assert.match(lines[unmet + 1]!, /^note: kubelet\.sock is served by the edgeplug daemon serving \/run\/edgeplug\/api\.sock, not by this run: device plugins registered there are not seen or counted here/);
+  assert.equal(buildReport(status, expectations, startedAt, finishedAt, seen).registrationSocketHeldBy, null);
+});

@@ -65,6 +65,8 @@ export interface DevicePluginsSeen {
   seen: ReadonlySet<string>;
   /** kubelet.sock, when this run served it. */
   registrationSocket: string | null;
+  /** Who served kubelet.sock instead of this run (an edgeplug daemon, a kubelet), when someone did. */
+  registrationSocketHeldBy?: string | null;
   timeoutMs: number;
 }
 
@@ -80,6 +82,8 @@ export interface ReportJson extends StatusJson {
   failed: FailedSocketJson[];
   /** Device plugins connected through kubelet.sock; they count for `--expect` and `--require` (by resource name). */
   registrationSocketPlugins: RegisteredDevicePluginJson[];
+  /** Who served kubelet.sock instead of this run, or null: device plugins registered with it are not seen. */
+  registrationSocketHeldBy: string | null;
   /** Resources not connected at the end: restored from the checkpoint and never seen in this run, or whose plugin went away. */
   disconnected: DisconnectedResourceJson[];
 }
@@ -177,6 +181,7 @@ export function buildReport(
     expectations: { ...expectations, unmet },
     failed: [...failedSockets(status.plugins), ...silent],
     registrationSocketPlugins: devicePlugins.registered,
+    registrationSocketHeldBy: devicePlugins.registrationSocketHeldBy ?? null,
     disconnected: disconnectedResources(status, expectations, devicePlugins.seen),
   };
 }
@@ -192,6 +197,9 @@ export function reportToText(report: ReportJson, status: StatusResponse): string
     lines.push(printable(`not connected: ${resource.resource}: ${resource.error}${count}`));
   }
   for (const reason of report.expectations.unmet) lines.push(`unmet: ${printable(reason)}`);
+  if (report.registrationSocketHeldBy !== null) {
+    lines.push(printable(`note: kubelet.sock is served by ${report.registrationSocketHeldBy}, not by this run: device plugins registered there are not seen or counted here (ask it: edgeplug status)`));
+  }
   const ignored = report.ok && report.failed.length > 0 ? " (failed sockets ignored: the expectations decide; --strict counts them)" : "";
   lines.push(`reconcile-once ${report.ok ? "ok" : "FAILED"}${ignored} in ${report.durationMs} ms`);
   return lines.join("\n") + "\n";

@@ -9,23 +9,20 @@
  * retrying cannot fix (no handler, the policy, the socket's owner), so a
  * permanent refusal never waits out `--timeout`.
  */
-import { csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
-import { endpointRules } from "../endpoints/endpoint-rules.ts";
-import { handlerFactories } from "../handlers/factories.ts";
 import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type DevicePluginsSeen, type Expectations } from "../api/report.ts";
 import type { ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { buildStatus } from "../api/status.ts";
 import type { Logger, LogFormat } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
-import { PluginManager } from "../pluginmanager/manager.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
-import { PluginStatusCache, type PluginRecord } from "../api/plugin-status.ts";
+import type { PluginRecord } from "../api/plugin-status.ts";
 import { messageOf } from "../log/error-message.ts";
 import type { CommandIO } from "./command.ts";
 import { EXIT_CANNOT_START, EXIT_FAILURE, EXIT_OK, reportCannotStart } from "./command.ts";
 import { checkpointStatus } from "../devicemanager/device-status.ts";
-import { devicesSettled, nextChange, registrationSocketPlugins, startReconcileDevices, type ReconcileDevices } from "./reconcile-devices.ts";
+import type { EdgeplugAgent } from "../agent/agent.ts";
+import { devicesSettled, nextChange, registrationSocketPlugins, startOnceAgent } from "../agent/once.ts";
 
 /**
  * How long a run that waits for every socket gives device plugins, after
@@ -45,32 +42,19 @@ export interface ReconcileSettings {
 export async function reconcileOnce(policy: Policy, io: CommandIO, settings: ReconcileSettings): Promise<number> {
   const startedAt = new Date();
   const { expectations } = settings;
-  let deviceSide: ReconcileDevices;
-  let manager: PluginManager | undefined;
-  // Each side's endpoint rule asks the other, which is built after it.
-  let csiDra: CsiDraDrivers | undefined;
+  let agent: EdgeplugAgent;
   try {
-    deviceSide = await startReconcileDevices(policy, io.log, () => manager?.slotsHeld ?? 0, (endpoint) => csiDra && csiDraEndpointHolder(csiDra, endpoint));
+    agent = await startOnceAgent(policy, io.log);
   } catch (error) {
     return cannotStart(error, io, settings.output, policy.log.format);
   }
-  const { devices } = deviceSide;
-  const records = new PluginStatusCache({ log: io.log });
-  const rules = endpointRules(policy);
-  csiDra = csiDraDrivers({ endpointRules: () => rules, liveElsewhere: (endpoint) => devices.endpointHolder(endpoint) });
-  const handlers = handlerFactories(devices, csiDra);
-  manager = new PluginManager({ policy, log: io.log, handlers, observers: [records], slotsHeldElsewhere: deviceSide.slotsHeld });
-  try {
-    await manager.start();
-  } catch (error) {
-    await manager.stop().catch(() => {});
-    await deviceSide.stop();
-    return cannotStart(error, io, settings.output, policy.log.format);
-  }
+  const { devices, manager, pluginStatus: records } = agent;
+  const kubeletSock = agent.onceRegistration;
+  const liveAtStart = kubeletSock?.liveAtStart ?? [];
   const signal = AbortSignal.any([AbortSignal.timeout(settings.timeoutMs), io.signal]);
   const everySocket = !hasExpectations(expectations) || expectations.strict;
   const seen = new Set<string>();
-  const settleUntil = deviceSide.servedSince === null ? 0 : deviceSide.servedSince + REGISTRATION_SETTLE_MS;
+  const settleUntil = kubeletSock === null ? 0 : kubeletSock.servedSince + REGISTRATION_SETTLE_MS;
   const verdictKnown = (): boolean => {
     const resources = devices.resources();
     for (const resource of resources) if (resource.connected) seen.add(resource.name);
@@ -80,7 +64,7 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
     const refusedForGood = everySocket && plugins.some(isPermanentRefusal);
     if (!devicesSettled(devices, everySocket && !refusedForGood)) return false;
     if (!everySocket || refusedForGood) return true;
-    return silentSockets(deviceSide.liveAtStart, kubeletPlugins).length === 0 && performance.now() >= settleUntil;
+    return silentSockets(liveAtStart, kubeletPlugins).length === 0 && performance.now() >= settleUntil;
   };
   // Woken by any change of the plugin records or the device side, and once the settle is over.
   while (!signal.aborted && !verdictKnown()) {
@@ -101,15 +85,17 @@ export async function reconcileOnce(policy: Policy, io: CommandIO, settings: Rec
   const registered = registrationSocketPlugins(devices);
   const devicePlugins: DevicePluginsSeen = {
     registered,
-    silent: silentSockets(deviceSide.liveAtStart, registered),
+    silent: silentSockets(liveAtStart, registered),
     seen,
-    registrationSocket: deviceSide.registrationSocket,
+    registrationSocket: kubeletSock?.socket ?? null,
+    registrationSocketHeldBy: agent.onceRegistrationHolder,
     timeoutMs: settings.timeoutMs,
   };
   const status = buildStatus({ node: policy.nodeName, plugins, resources, allocations: devices.allocations(), watchLimits });
+  // Discovery ends before the last write, so that the checkpoint holds the state the report tells.
   await manager.stop();
   await devices.writeCheckpoint();
-  await deviceSide.stop();
+  await agent.stop();
   status.checkpoint = checkpointStatus(policy.checkpoint.path, devices.checkpointState());
   const report = buildReport(status, expectations, startedAt, new Date(), devicePlugins);
   io.stdout(settings.output === "json" ? JSON.stringify(report, null, 2) + "\n" : reportToText(report, status));
