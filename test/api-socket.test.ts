@@ -66,7 +66,7 @@ test("one socket answers a grpc-js client, a Connect gRPC client and an HTTP/1.1
   const grpcJs = new AgentClient(`unix://${server.socketPath}`, grpc.credentials.createInsecure());
   t.after(() => grpcJs.close());
   const viaGrpcJs = await new Promise<{ node: string; ok: boolean }>((resolve, reject) =>
-    (grpcJs as unknown as Record<string, Function>).Status!.call(
+    (grpcJs as unknown as Record<string, (this: grpc.Client, ...args: unknown[]) => void>).Status!.call(
       grpcJs,
       {},
       { deadline: Date.now() + 5000 },

@@ -15,6 +15,7 @@ import { startTestPlugin } from "./support/fake-plugin.ts";
 import { killAfter } from "./support/child-cleanup.ts";
 
 /** What a terminal acts on: C0 (newline aside), DEL, C1. */
+// deno-lint-ignore no-control-regex
 const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
 /** A type no handler takes, carrying an escape sequence, a carriage return, a bell and a forged row. */
 const hostileType = "evil.io/\u001b[31mRed\u0007\r\nregistered  acme.io/Sensor  forged";

@@ -75,7 +75,7 @@ test("the checkpoint's disk full, then read-only: the agent runs on, refuses wit
   // Registered first, so it runs last: after the agent is gone.
   node.after(() => execFileSync("umount", ["-l", stateDir]));
   const checkpoint = path.join(stateDir, "kubelet_internal_checkpoint");
-  fs.writeFileSync(node.policy, fs.readFileSync(node.policy, "utf8").replace(/^  path: .*kubelet_internal_checkpoint$/m, `  path: ${checkpoint}`));
+  fs.writeFileSync(node.policy, fs.readFileSync(node.policy, "utf8").replace(/^ {2}path: .*kubelet_internal_checkpoint$/m, `  path: ${checkpoint}`));
   const agent = await startAgent(node);
   startExample(node, "device-plugin.ts", ["--dir", node.pluginsDir, "--devices", "3", "--numa-nodes", "0"]);
   await widgetsReady(node, 3);

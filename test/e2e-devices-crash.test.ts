@@ -139,7 +139,7 @@ async function churn(api: Client<typeof Agent>, model: Model, random: () => numb
       model.held.set(owner, devices);
       model.undecidedAllocations.delete(owner);
       model.answered.allocations++;
-    } catch (error) {
+    } catch {
       // Refused (no free healthy device, the plugin not back yet): nothing was allocated, as its answer said.
       if (!stopped()) model.undecidedAllocations.delete(owner);
     }

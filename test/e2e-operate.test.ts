@@ -104,10 +104,19 @@ test("curl reads the agent's status as JSON from the API socket", async (t) => {
   assert.equal((await agent.exited).code, 0);
 });
 
+/** A line of `status --watch --output json` (docs/status-json.md), as far as these tests read it. */
+interface EventLine {
+  kind: string;
+  sequence: number;
+  removed?: boolean;
+  snapshot: { plugins: unknown[] };
+  plugin: { state: string; name: string; socket: string };
+}
+
 /** Reads JSON lines from a stream, one object per call. */
 function eventLines(stream: NodeJS.ReadableStream) {
-  const queued: Array<Record<string, any>> = [];
-  const waiting: Array<(line: Record<string, any>) => void> = [];
+  const queued: EventLine[] = [];
+  const waiting: Array<(line: EventLine) => void> = [];
   let buffered = "";
   stream.setEncoding("utf8");
   stream.on("data", (chunk: string) => {
@@ -115,14 +124,14 @@ function eventLines(stream: NodeJS.ReadableStream) {
     buffered = parts.pop()!;
     for (const part of parts) {
       if (part.trim() === "") continue;
-      const line = JSON.parse(part);
+      const line = JSON.parse(part) as EventLine;
       const wake = waiting.shift();
       if (wake) wake(line);
       else queued.push(line);
     }
   });
   return {
-    next: (): Promise<Record<string, any>> => {
+    next: (): Promise<EventLine> => {
       const line = queued.shift();
       if (line) return Promise.resolve(line);
       return new Promise((resolve, reject) => {

@@ -37,6 +37,8 @@ export const DEFAULT_CALL_TIMEOUT_MS = 120_000;
 /** Connecting to the API socket; a local socket answers at once or not at all. */
 const CONNECT_TIMEOUT_MS = 5_000;
 
+/** C0, DEL and C1: a name flag holding one is refused before the agent is asked. */
+// deno-lint-ignore no-control-regex
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
 
 /** Checks a name flag against the bound the agent holds it to; throws a UsageError naming the flag and the bound. */

@@ -12,6 +12,7 @@ import { ALLOCATE_ANSWER_LIMITS, answerBytes, entryDeviceIds } from "./pod-devic
 import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
 import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode, type TopologyPolicy } from "./topology.ts";
+import { hasControlCharacter } from "../log/printable.ts";
 
 export interface ResourceRequest {
   resource: string;
@@ -83,13 +84,11 @@ export const MAX_OWNER_LENGTH = 253;
 export const MAX_CONTAINER_LENGTH = 63;
 export const MAX_RESOURCES_PER_REQUEST = 64;
 
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
-
 export function checkRequest(request: AllocationRequest, maxCount: number): void {
   const text = (what: string, value: string, max: number) => {
     if (value === "") throw new AllocationError(`${what} is required`);
     if (value.length > max) throw new AllocationError(`${what} is longer than ${max} characters`);
-    if (CONTROL_CHARACTER.test(value)) throw new AllocationError(`${what} ${JSON.stringify(value)} contains a control character`);
+    if (hasControlCharacter(value)) throw new AllocationError(`${what} ${JSON.stringify(value)} contains a control character`);
   };
   text("owner", request.owner, MAX_OWNER_LENGTH);
   text("container", request.container, MAX_CONTAINER_LENGTH);

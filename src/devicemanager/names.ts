@@ -4,6 +4,7 @@
  * names, and the limits edgeplug adds on device ids, which the kubelet
  * documents (63 characters) but does not enforce.
  */
+import { hasControlCharacter } from "../log/printable.ts";
 
 export const DEVICE_PLUGIN_VERSION = "v1beta1";
 export const SUPPORTED_VERSIONS = [DEVICE_PLUGIN_VERSION];
@@ -58,14 +59,12 @@ export function validationRefusal(name: string, versions: readonly string[]): st
   return null;
 }
 
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
-
 /** Why a device id is refused, or null when it is acceptable. */
 export function deviceIdRefusal(id: string): string | null {
   if (id === "") return "a device has an empty ID";
   if (id.length > MAX_DEVICE_ID_LENGTH) {
     return `device ID ${JSON.stringify(id.slice(0, MAX_DEVICE_ID_LENGTH))}... is longer than ${MAX_DEVICE_ID_LENGTH} characters`;
   }
-  if (CONTROL_CHARACTER.test(id)) return `device ID ${JSON.stringify(id)} contains a control character`;
+  if (hasControlCharacter(id)) return `device ID ${JSON.stringify(id)} contains a control character`;
   return null;
 }

@@ -30,6 +30,7 @@ import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdenti
 import { messageOf } from "../log/error-message.ts";
 import type { DeviceManager } from "./device-manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
+import { hasControlCharacter } from "../log/printable.ts";
 
 export interface RegistrationServerOptions {
   socketPath: string;
@@ -179,7 +180,7 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
   const quoted = JSON.stringify(endpoint);
   if (endpoint === "") return { refused: `endpoint is empty: expected the plugin's socket file name in ${directory}` };
   if (endpoint.length > MAX_ENDPOINT_LENGTH) return { refused: `endpoint is longer than ${MAX_ENDPOINT_LENGTH} characters` };
-  if (/[\u0000-\u001f\u007f]/.test(endpoint)) return { refused: `endpoint ${quoted} contains a control character` };
+  if (hasControlCharacter(endpoint)) return { refused: `endpoint ${quoted} contains a control character` };
   const resolved = path.resolve(directory, endpoint);
   const relative = path.relative(directory, resolved);
   if (relative === "" || relative.startsWith("..") || path.isAbsolute(relative)) {

@@ -13,10 +13,24 @@
  */
 
 /**
+ * C0 controls and DEL: what names, ids, owners and socket addresses from
+ * outside may not hold. The regular expressions here match control
+ * characters on purpose: they are what untrusted text is checked for.
+ */
+// deno-lint-ignore no-control-regex
+const C0_CONTROL_OR_DEL = /[\u0000-\u001f\u007f]/;
+
+/** Whether `text` holds a C0 control character or DEL (a newline, an escape, NUL...). */
+export function hasControlCharacter(text: string): boolean {
+  return C0_CONTROL_OR_DEL.test(text);
+}
+
+/**
  * C0 controls, DEL, C1 controls, and the Unicode characters that reorder or
  * break lines on display (bidi overrides and isolates, line/paragraph
  * separators): a name could otherwise show text other than what it holds.
  */
+// deno-lint-ignore no-control-regex
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 const NAMED: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t", "\u001b": "\\e" };

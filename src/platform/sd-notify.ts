@@ -27,6 +27,7 @@ import { execFile, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import process from "node:process";
 import type { Logger } from "../log/logger.ts";
+import { hasControlCharacter } from "../log/printable.ts";
 
 /** Where systemd installs systemd-notify (merged /usr and split /usr systems). */
 export const SYSTEMD_NOTIFY_PATHS: readonly string[] = ["/usr/bin/systemd-notify", "/bin/systemd-notify"];
@@ -65,7 +66,7 @@ export function parseNotifySocket(value: string | undefined): { address: string 
   if (value === undefined || value === "") return null;
   if (!value.startsWith("/") && !value.startsWith("@")) return { invalid: "expected an absolute path or an @abstract name" };
   if (new TextEncoder().encode(value).length > MAX_SOCKET_ADDRESS_BYTES) return { invalid: `longer than ${MAX_SOCKET_ADDRESS_BYTES} bytes` };
-  if (/[\u0000-\u001f\u007f]/.test(value)) return { invalid: "contains control characters" };
+  if (hasControlCharacter(value)) return { invalid: "contains control characters" };
   return { address: value };
 }
 

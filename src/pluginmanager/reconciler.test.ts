@@ -41,7 +41,6 @@ function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?:
   const status = new PluginStatusCache({ log });
   dsw.subscribe((change) => status.socketChanged(change));
   let settle = () => {};
-  let reconciler!: Reconciler;
   const executor = new OperationExecutor({
     backoff: { initialMs: 500, maxMs: 122_000 },
     clock,
@@ -50,7 +49,8 @@ function setUp(t: TestContext, dir: string, options: { clock?: Clock; resyncMs?:
       settle();
     },
   });
-  reconciler = new Reconciler({ dsw, executor, context, observer: status, clock, resyncMs: options.resyncMs ?? 3_600_000, onResync: options.onResync });
+  // onReady runs only once operations finish, after this line.
+  const reconciler = new Reconciler({ dsw, executor, context, observer: status, clock, resyncMs: options.resyncMs ?? 3_600_000, onResync: options.onResync });
   t.after(async () => {
     reconciler.stop();
     await executor.stop();

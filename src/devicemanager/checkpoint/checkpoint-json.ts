@@ -87,6 +87,7 @@ function encodeStrings(values: readonly string[]): string {
 }
 
 /** Characters Go's encoder does not write as they are (HTML-sensitive ones included, as json.Marshal does). */
+// deno-lint-ignore no-control-regex
 const NEEDS_ESCAPE = /[\u0000-\u001f"\\<>&\u2028\u2029\ud800-\udfff]/;
 const SHORT_ESCAPES: Record<string, string> = {
   '"': '\\"',
