@@ -32,6 +32,7 @@ import { routeByPreface } from "../server/protocol-router.ts";
 import { cutOffOf, streamCutOffKey } from "../server/stream-cutoff.ts";
 import { bindPrivately, removeIfOurs, resolveGroupId } from "../server/socket-bind.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
+import { systemClock, type Clock } from "../platform/clock.ts";
 
 export { resolveGroupId } from "../server/socket-bind.ts";
 
@@ -53,6 +54,8 @@ export interface ApiSocketOptions {
   groupFile?: string;
   /** How long close() lets handlers finish after telling them to stop (default 500 ms). */
   closeGraceMs?: number;
+  /** The clock of close()'s grace period; tests pass a manual one. */
+  clock?: Clock;
   /** A connection that sends nothing for this long is dropped (default 10 s). */
   firstBytesTimeoutMs?: number;
   /** Answers GET /healthz and /readyz on the socket too (docs/api.md). */
@@ -205,7 +208,7 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
       shutdown.abort(new ConnectError("edgeplug is shutting down", Code.Unavailable));
       for (const session of sessions) session.close();
       http1Server.closeIdleConnections();
-      await calls.drained(options.closeGraceMs ?? 500);
+      await calls.drained(options.closeGraceMs ?? 500, options.clock ?? systemClock);
       guard.destroyAll();
       await listenerClosed;
       removeIfOurs(socketPath, inode);
@@ -255,12 +258,12 @@ function trackCalls(handler: RequestHandler) {
     });
     handler(request, response);
   };
-  const drained = (graceMs: number) =>
+  const drained = (graceMs: number, clock: Clock) =>
     new Promise<void>((resolve) => {
       if (active === 0) return resolve();
-      const timer = setTimeout(resolve, graceMs);
+      const cancel = clock.setTimer(resolve, graceMs);
       onIdle = () => {
-        clearTimeout(timer);
+        cancel();
         resolve();
       };
     });
