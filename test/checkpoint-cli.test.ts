@@ -50,6 +50,7 @@ test("checkpoint verify --output json gives the content with the decoded Allocat
     path: tegra,
     valid: true,
     checksum: 3660592824,
+    layout: "1.20",
     registeredDevices: { "nvidia.com/gpu": ["tegra"] },
     podDeviceEntries: [
       {
@@ -65,6 +66,14 @@ test("checkpoint verify --output json gives the content with the decoded Allocat
   const empty = await verify("verify", path.join(fixtures, "kubelet-gpu-registered.json"), "--output", "json");
   assert.equal(empty.code, 0);
   assert.deepEqual(JSON.parse(empty.stdout).podDeviceEntries, []);
+});
+
+test("checkpoint verify reads a kubelet 1.19's checkpoint as newer kubelets do, and says so", async () => {
+  const { code, stdout } = await verify("verify", path.join(fixtures, "kubelet-1.19-allocated.json"));
+  assert.equal(code, 0);
+  const lines = stdout.split("\n");
+  assert.match(lines[0]!, /: valid \(checksum 2493634608, written by a kubelet up to 1\.19: devices without NUMA nodes, read as on node 0 as newer kubelets do\)$/);
+  assert.ok(lines.includes("  owner 6d1a2f3e-0c4b-4d5e-9f60-7a8b9c0d1e2f container worker acme.io/fpga: fpga1 fpga0 (NUMA 0)"), stdout);
 });
 
 test("checkpoint verify exits 1 with the reason for a corrupt file, and leaves it as it was", async (t) => {

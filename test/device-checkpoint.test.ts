@@ -232,3 +232,20 @@ test("docs/metrics.md lists exactly the edgeplug and plugin_manager metrics the 
   const documented = new Set([...docs.matchAll(/^\| `((?:edgeplug|plugin_manager)_\w+)` \|/gm)].map((match) => match[1]!));
   assert.deepEqual([...documented].sort(), [...served].sort());
 });
+
+test("a checkpoint a kubelet up to 1.19 wrote is restored, its devices on NUMA node 0 as newer kubelets take them, and written back in the current layout", async (t) => {
+  const dir = tempDir(t);
+  const policy = agentPolicy(dir);
+  fs.mkdirSync(path.dirname(policy.checkpoint.path), { recursive: true });
+  fs.copyFileSync(new URL("fixtures/checkpoint/kubelet-1.19-allocated.json", import.meta.url), policy.checkpoint.path);
+  const { agent, logs } = await startAgent(t, policy);
+  assert.deepEqual(agent.devices.allocations().map((a) => [a.owner, a.container, a.resource, a.devices]), [
+    ["6d1a2f3e-0c4b-4d5e-9f60-7a8b9c0d1e2f", "worker", "acme.io/fpga", ["fpga1", "fpga0"]],
+  ]);
+  assert.ok(logs.some((record) => record.msg === "checkpoint written by a kubelet up to 1.19: converted, its allocated devices taken as on NUMA node 0 as newer kubelets do"));
+  assert.equal(await agent.devices.flush(), true);
+  // The file now reads as every kubelet since 1.20 reads its own: DeviceIDs by NUMA node.
+  const onDisk = JSON.parse(fs.readFileSync(policy.checkpoint.path, "utf8")) as { Data: { PodDeviceEntries: Array<{ DeviceIDs: unknown }> } };
+  assert.deepEqual(onDisk.Data.PodDeviceEntries.map((entry) => entry.DeviceIDs), [{ "0": ["fpga1", "fpga0"] }]);
+  assert.deepEqual(checkpointOf(policy).podDeviceEntries[0]?.deviceIDs, new Map([[0, ["fpga1", "fpga0"]]]));
+});

@@ -6,7 +6,6 @@
 import { fromBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import {
-  type CheckpointData,
   CheckpointCorruptError,
   decodeCheckpointWithChecksum,
   readCheckpointBytes,
@@ -47,7 +46,7 @@ export const checkpointCommand: Command = {
     if (file === undefined || extra.length > 0) throw new UsageError("edgeplug checkpoint verify: expected exactly one PATH");
     const output = outputFlag("checkpoint", parsed.values.output);
 
-    let verdict: { data: CheckpointData; checksum: number };
+    let verdict: Verdict;
     try {
       verdict = decodeCheckpointWithChecksum(await readCheckpointBytes(file));
     } catch (error) {
@@ -79,7 +78,9 @@ interface AllocationReport {
   allocRespError: string | null;
 }
 
-function toReport(path: string, { data, checksum }: { data: CheckpointData; checksum: number }) {
+type Verdict = ReturnType<typeof decodeCheckpointWithChecksum>;
+
+function toReport(path: string, { data, checksum, layout }: Verdict) {
   const allocations: AllocationReport[] = data.podDeviceEntries.map((entry) => {
     const decoded = decodeAllocResp(entry.allocResp);
     return {
@@ -95,6 +96,8 @@ function toReport(path: string, { data, checksum }: { data: CheckpointData; chec
     path,
     valid: true,
     checksum,
+    /** "1.20" (a kubelet since 1.20, or edgeplug), or "1.19": a kubelet up to 1.19's, its devices shown on NUMA node 0 as newer kubelets read them. */
+    layout,
     registeredDevices: Object.fromEntries(data.registeredDevices),
     podDeviceEntries: allocations,
   };
@@ -108,9 +111,10 @@ function decodeAllocResp(bytes: Uint8Array): { json: JsonValue | null; error: st
   }
 }
 
-function toText(path: string, verdict: { data: CheckpointData; checksum: number }): string {
+function toText(path: string, verdict: Verdict): string {
   const report = toReport(path, verdict);
-  const lines = [`${shown(path)}: valid (checksum ${report.checksum})`];
+  const layout = report.layout === "1.19" ? ", written by a kubelet up to 1.19: devices without NUMA nodes, read as on node 0 as newer kubelets do" : "";
+  const lines = [`${shown(path)}: valid (checksum ${report.checksum}${layout})`];
   const resources = Object.entries(report.registeredDevices);
   lines.push(`registered devices (healthy, per resource): ${resources.length === 0 ? "none" : ""}`.trimEnd());
   for (const [resource, ids] of resources) {

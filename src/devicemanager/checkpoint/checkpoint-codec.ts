@@ -12,8 +12,8 @@
  * ```
  */
 import { goCheckpointJson } from "./checkpoint-json.ts";
-import { CheckpointCorruptError, parseCheckpointFile } from "./checkpoint-parse.ts";
-import { checksumOf, type GoCheckpointData } from "./checkpoint-spew.ts";
+import { CheckpointCorruptError, parseCheckpointFile, type ParsedCheckpoint } from "./checkpoint-parse.ts";
+import { checksumOf, checksumOf119, type GoCheckpointData, type GoCheckpointData119, type GoPodDevicesEntry } from "./checkpoint-spew.ts";
 
 export { CheckpointCorruptError } from "./checkpoint-parse.ts";
 
@@ -67,8 +67,17 @@ export function decodeCheckpoint(bytes: Uint8Array): CheckpointData {
   return decodeCheckpointWithChecksum(bytes).data;
 }
 
-/** decodeCheckpoint, also giving the verified checksum (for `checkpoint verify`). */
-export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: CheckpointData; checksum: number } {
+/**
+ * The layout a checkpoint was written in: a kubelet's since 1.20 (and
+ * edgeplug's), or one up to 1.19, whose device ids have no NUMA node. Such a
+ * file is read as kubelets 1.20 and later read it: every allocated device on
+ * NUMA node 0, the only choice left without recorded affinity. It is
+ * written back in the current layout at the next change.
+ */
+export type CheckpointLayout = "1.20" | "1.19";
+
+/** decodeCheckpoint, also giving the verified checksum and the layout the file was in (for `checkpoint verify` and the restore's log). */
+export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: CheckpointData; checksum: number; layout: CheckpointLayout } {
   if (bytes.length > MAX_CHECKPOINT_BYTES) {
     throw new CheckpointCorruptError(`${bytes.length} bytes is over the ${MAX_CHECKPOINT_BYTES}-byte limit of a checkpoint`);
   }
@@ -80,16 +89,12 @@ export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: Checkpo
     if (error instanceof CheckpointCorruptError) throw error;
     throw new CheckpointCorruptError(`the checkpoint cannot be parsed (${error instanceof Error ? error.name : typeof error})`);
   }
-  const actual = checksumOf(parsed.data);
-  if (parsed.checksum !== BigInt(actual)) {
-    throw new CheckpointCorruptError(
-      `checkpoint is corrupted: its Checksum is ${parsed.checksum} but its Data hashes to ${actual}`,
-    );
-  }
-  const entries = parsed.data.podDeviceEntries ?? [];
-  const registered = parsed.data.registeredDevices ?? new Map<string, readonly string[] | null>();
+  const { data: go, checksum: actual, layout } = verified(parsed);
+  const entries = go.podDeviceEntries ?? [];
+  const registered = go.registeredDevices ?? new Map<string, readonly string[] | null>();
   return {
     checksum: actual,
+    layout,
     data: {
       podDeviceEntries: entries.map((entry) => ({
         podUID: entry.podUID,
@@ -101,4 +106,33 @@ export function decodeCheckpointWithChecksum(bytes: Uint8Array): { data: Checkpo
       registeredDevices: new Map([...registered].map(([name, ids]) => [name, [...(ids ?? [])]])),
     },
   };
+}
+
+/**
+ * The file's data in the current layout, once its checksum holds in the
+ * layout its entries show. Entries whose `DeviceIDs` are all `null` (or no
+ * entries) show none: the current layout is tried first, as kubelets do.
+ */
+function verified(parsed: ParsedCheckpoint): { data: GoCheckpointData; checksum: number; layout: CheckpointLayout } {
+  const entries = parsed.data.podDeviceEntries;
+  const lists = entries?.some((entry) => Array.isArray(entry.deviceIDs)) ?? false;
+  const maps = entries?.some((entry) => entry.deviceIDs instanceof Map) ?? false;
+  if (lists && maps) throw new CheckpointCorruptError("Data.PodDeviceEntries: some DeviceIDs are lists (kubelet 1.19) and some map NUMA nodes (1.20 and later)");
+  const tried: number[] = [];
+  if (!lists) {
+    const current: GoCheckpointData = { ...parsed.data, podDeviceEntries: entries as GoPodDevicesEntry[] | null };
+    const checksum = checksumOf(current);
+    if (parsed.checksum === BigInt(checksum)) return { data: current, checksum, layout: "1.20" };
+    tried.push(checksum);
+  }
+  if (!maps) {
+    const old: GoCheckpointData119 = { ...parsed.data, podDeviceEntries: entries as GoCheckpointData119["podDeviceEntries"] };
+    const checksum = checksumOf119(old);
+    if (parsed.checksum === BigInt(checksum)) {
+      const converted = old.podDeviceEntries?.map((entry) => ({ ...entry, deviceIDs: new Map([[0, entry.deviceIDs]]) })) ?? null;
+      return { data: { registeredDevices: old.registeredDevices, podDeviceEntries: converted }, checksum, layout: "1.19" };
+    }
+    tried.push(checksum);
+  }
+  throw new CheckpointCorruptError(`checkpoint is corrupted: its Checksum is ${parsed.checksum} but its Data hashes to ${tried[0]}`);
 }

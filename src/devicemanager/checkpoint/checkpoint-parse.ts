@@ -18,9 +18,18 @@ export class CheckpointCorruptError extends Error {
   override name = "CheckpointCorruptError";
 }
 
+/**
+ * An entry as the file has it: `DeviceIDs` maps NUMA nodes to ids (kubelets
+ * since 1.20), or is a flat list (up to 1.19); the checksum decides which
+ * layout a file whose entries all have `null` there was written in.
+ */
+export interface ParsedPodDevicesEntry extends Omit<GoPodDevicesEntry, "deviceIDs"> {
+  deviceIDs: Map<number, string[] | null> | string[] | null;
+}
+
 /** The file's `Data` as Go would hold it, and the `Checksum` it claims. */
 export interface ParsedCheckpoint {
-  data: GoCheckpointData;
+  data: { podDeviceEntries: ParsedPodDevicesEntry[] | null; registeredDevices: GoCheckpointData["registeredDevices"] };
   /** The file's `Checksum` (Go uint64); 0 when absent, as Go leaves it. */
   checksum: bigint;
 }
@@ -63,7 +72,7 @@ function keepNumberSource(_key: string, value: unknown, context?: { source?: str
   return typeof value === "number" ? new JsonNumber(context?.source ?? String(value)) : value;
 }
 
-function readData(value: unknown, where: string): GoCheckpointData {
+function readData(value: unknown, where: string): ParsedCheckpoint["data"] {
   if (value === null || value === undefined) return { podDeviceEntries: null, registeredDevices: null };
   const data = fields(value, where, ["PodDeviceEntries", "RegisteredDevices"]);
   return {
@@ -72,20 +81,22 @@ function readData(value: unknown, where: string): GoCheckpointData {
   };
 }
 
-function readEntries(value: unknown, where: string): GoPodDevicesEntry[] | null {
+function readEntries(value: unknown, where: string): ParsedPodDevicesEntry[] | null {
   if (value === null || value === undefined) return null;
   if (!Array.isArray(value)) throw mismatch(where, "an array or null", value);
   return value.map((item, index) => readEntry(item, `${where}[${index}]`));
 }
 
-function readEntry(value: unknown, where: string): GoPodDevicesEntry {
-  const entry: GoPodDevicesEntry = { podUID: "", containerName: "", resourceName: "", deviceIDs: null, allocResp: null };
+function readEntry(value: unknown, where: string): ParsedPodDevicesEntry {
+  const entry: ParsedPodDevicesEntry = { podUID: "", containerName: "", resourceName: "", deviceIDs: null, allocResp: null };
   if (value === null) return entry;
   const found = fields(value, where, ["PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp"]);
   entry.podUID = readString(found.get("PodUID"), `${where}.PodUID`);
   entry.containerName = readString(found.get("ContainerName"), `${where}.ContainerName`);
   entry.resourceName = readString(found.get("ResourceName"), `${where}.ResourceName`);
-  entry.deviceIDs = readNumaMap(found.get("DeviceIDs"), `${where}.DeviceIDs`);
+  const deviceIDs = found.get("DeviceIDs");
+  // A kubelet up to 1.19 wrote a flat list (kubernetes#102880: one upgrading past it dropped the file silently).
+  entry.deviceIDs = Array.isArray(deviceIDs) ? readStrings(deviceIDs, `${where}.DeviceIDs`) : readNumaMap(deviceIDs, `${where}.DeviceIDs`);
   entry.allocResp = readBytes(found.get("AllocResp"), `${where}.AllocResp`);
   return entry;
 }
@@ -105,10 +116,6 @@ const GO_INT_KEY = /^[+-]?[0-9]+$/;
 
 function readNumaMap(value: unknown, where: string): Map<number, string[] | null> | null {
   if (value === null || value === undefined) return null;
-  // kubernetes#102880: the kubelet silently dropped such a file when it upgraded past 1.19; say what it is.
-  if (Array.isArray(value)) {
-    throw new CheckpointCorruptError(`${where}: a list of device ids, as kubelets up to 1.19 wrote it; since 1.20 (and in edgeplug) it maps NUMA nodes to ids`);
-  }
   if (!isObject(value)) throw mismatch(where, "an object or null", value);
   const map = new Map<number, string[] | null>();
   for (const [key, item] of Object.entries(value)) {

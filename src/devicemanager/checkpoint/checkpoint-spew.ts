@@ -27,6 +27,21 @@ export interface GoCheckpointData {
   registeredDevices: ReadonlyMap<string, readonly string[] | null> | null;
 }
 
+/**
+ * A kubelet up to 1.19's `PodDevicesEntry`: `DeviceIDs` a flat list
+ * (`[]string`), no NUMA nodes. Its checksum is that kubelet's; kubelets
+ * 1.20 and later compute the same one when they read such a file (their
+ * V1 types renamed back to the old names before hashing).
+ */
+export interface GoPodDevicesEntry119 extends Omit<GoPodDevicesEntry, "deviceIDs"> {
+  deviceIDs: readonly string[] | null;
+}
+
+export interface GoCheckpointData119 {
+  podDeviceEntries: readonly GoPodDevicesEntry119[] | null;
+  registeredDevices: ReadonlyMap<string, readonly string[] | null> | null;
+}
+
 const NIL = "<nil>";
 
 /**
@@ -36,15 +51,24 @@ const NIL = "<nil>";
  * map entries do not; strings are printed raw.
  */
 export function spewCheckpointData(data: GoCheckpointData): string {
+  return spewData(data, spewEntry);
+}
+
+/** The same for a kubelet up to 1.19's data, whose `DeviceIDs` is a `[]string`. */
+export function spewCheckpointData119(data: GoCheckpointData119): string {
+  return spewData(data, spewEntry119);
+}
+
+function spewData<E>(data: { podDeviceEntries: readonly E[] | null; registeredDevices: GoCheckpointData["registeredDevices"] }, entry: (entry: E, parts: string[]) => void): string {
   const parts: string[] = ["(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"];
   const entries = data.podDeviceEntries;
   if (entries === null) {
     parts.push(NIL);
   } else {
     parts.push("[");
-    entries.forEach((entry, index) => {
+    entries.forEach((item, index) => {
       if (index > 0) parts.push(" ");
-      spewEntry(entry, parts);
+      entry(item, parts);
     });
     parts.push("]");
   }
@@ -65,16 +89,26 @@ export function spewCheckpointData(data: GoCheckpointData): string {
   return parts.join("");
 }
 
+function spewEntryNames(entry: Omit<GoPodDevicesEntry, "deviceIDs">, parts: string[]): void {
+  parts.push("{PodUID:(string)", entry.podUID, " ContainerName:(string)", entry.containerName, " ResourceName:(string)", entry.resourceName);
+}
+
+function spewAllocResp(entry: Omit<GoPodDevicesEntry, "deviceIDs">, parts: string[]): void {
+  parts.push(" AllocResp:([]uint8)");
+  // go-spew's formatter prints a byte slice like any other: decimal values between brackets.
+  parts.push(entry.allocResp === null ? NIL : `[${entry.allocResp.join(" ")}]`);
+  parts.push("}");
+}
+
+function spewEntry119(entry: GoPodDevicesEntry119, parts: string[]): void {
+  spewEntryNames(entry, parts);
+  parts.push(" DeviceIDs:([]string)", spewStrings(entry.deviceIDs));
+  spewAllocResp(entry, parts);
+}
+
 function spewEntry(entry: GoPodDevicesEntry, parts: string[]): void {
-  parts.push(
-    "{PodUID:(string)",
-    entry.podUID,
-    " ContainerName:(string)",
-    entry.containerName,
-    " ResourceName:(string)",
-    entry.resourceName,
-    " DeviceIDs:(checkpoint.DevicesPerNUMA)",
-  );
+  spewEntryNames(entry, parts);
+  parts.push(" DeviceIDs:(checkpoint.DevicesPerNUMA)");
   const numa = entry.deviceIDs;
   if (numa === null) {
     parts.push(NIL);
@@ -87,10 +121,7 @@ function spewEntry(entry: GoPodDevicesEntry, parts: string[]): void {
     });
     parts.push("]");
   }
-  parts.push(" AllocResp:([]uint8)");
-  // go-spew's formatter prints a byte slice like any other: decimal values between brackets.
-  parts.push(entry.allocResp === null ? NIL : `[${entry.allocResp.join(" ")}]`);
-  parts.push("}");
+  spewAllocResp(entry, parts);
 }
 
 /**
@@ -165,4 +196,9 @@ const utf8 = new TextEncoder();
 /** The kubelet's `checksum.New(data)` for the device manager's checkpoint data. */
 export function checksumOf(data: GoCheckpointData): number {
   return fnv1a32(utf8.encode(spewCheckpointData(data)));
+}
+
+/** A kubelet up to 1.19's checksum of its data. */
+export function checksumOf119(data: GoCheckpointData119): number {
+  return fnv1a32(utf8.encode(spewCheckpointData119(data)));
 }

@@ -25,13 +25,14 @@ import * as path from "node:path";
 import process from "node:process";
 import { promisify } from "node:util";
 import type { Logger } from "../../log/logger.ts";
-import { type CheckpointData, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint } from "./checkpoint-codec.ts";
+import { type CheckpointData, CheckpointCorruptError, decodeCheckpointWithChecksum, encodeCheckpoint } from "./checkpoint-codec.ts";
 import { moveAside, readCheckpointBytes, removeAbandonedTempFiles, trustedOwners, warnIfWritableByOthers } from "./checkpoint-files.ts";
 import { MAX_CHECKPOINT_BYTES } from "./checkpoint-codec.ts";
 
 export type RestoreResult =
   | { kind: "missing" }
-  | { kind: "restored"; data: CheckpointData }
+  /** `converted`: the file was a kubelet 1.19's (checkpoint-codec.ts), read as newer kubelets read it. */
+  | { kind: "restored"; data: CheckpointData; converted?: boolean }
   | { kind: "corrupt"; error: string; movedTo: string };
 
 /** What the device manager needs of the checkpoint store (CheckpointStore satisfies it). */
@@ -112,7 +113,12 @@ export class CheckpointStore {
     try {
       bytes = await readCheckpointBytes(this.path, MAX_CHECKPOINT_BYTES, { uids: trustedOwners() });
       this.#lastWriteBytes = bytes.length;
-      return { kind: "restored", data: decodeCheckpoint(bytes) };
+      const { data, layout } = decodeCheckpointWithChecksum(bytes);
+      if (layout === "1.19") {
+        this.#log.warn("checkpoint written by a kubelet up to 1.19: converted, its allocated devices taken as on NUMA node 0 as newer kubelets do", { path: this.path, allocations: data.podDeviceEntries.length });
+        return { kind: "restored", data, converted: true };
+      }
+      return { kind: "restored", data };
     } catch (error) {
       if (errorCode(error) === "ENOENT") return { kind: "missing" };
       if (!(error instanceof CheckpointCorruptError)) {

@@ -16,6 +16,7 @@ import { fnv1a32, spewCheckpointData } from "./checkpoint-spew.ts";
 const fixture = (name: string) => new Uint8Array(readFileSync(new URL(`../../../test/fixtures/checkpoint/${name}`, import.meta.url)));
 const gpuFile = fixture("kubelet-gpu-registered.json");
 const tegraFile = fixture("kubelet-tegra-allocated.json");
+const kubelet119File = fixture("kubelet-1.19-allocated.json");
 const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
 const bytesOf = (value: string) => new TextEncoder().encode(value);
 
@@ -24,6 +25,23 @@ test("a kubelet checkpoint with one registered GPU and no allocations verifies a
   assert.equal(checksum, 3952659280);
   assert.deepEqual(data.podDeviceEntries, []);
   assert.deepEqual(data.registeredDevices, new Map([["nvidia.com/gpu", ["GPU-0650a168-e770-3ea8-8ac3-8a1d419763e0"]]]));
+});
+
+test("a checkpoint a kubelet up to 1.19 wrote (device ids without NUMA nodes) verifies with its checksum and reads as newer kubelets read it: on NUMA node 0", () => {
+  const { data, checksum, layout } = decodeCheckpointWithChecksum(kubelet119File);
+  assert.deepEqual([checksum, layout], [2493634608, "1.19"]);
+  assert.equal(data.podDeviceEntries.length, 1);
+  const entry = data.podDeviceEntries[0]!;
+  assert.deepEqual([entry.podUID, entry.containerName, entry.resourceName], ["6d1a2f3e-0c4b-4d5e-9f60-7a8b9c0d1e2f", "worker", "acme.io/fpga"]);
+  assert.deepEqual(entry.deviceIDs, new Map([[0, ["fpga1", "fpga0"]]]));
+  assert.deepEqual(fromBinary(ContainerAllocateResponseSchema, entry.allocResp).envs, { ACME_FPGA: "fpga1,fpga0" });
+  assert.deepEqual(data.registeredDevices, new Map([["acme.io/fpga", ["fpga0", "fpga1", "fpga2"]]]));
+  // Written back, it is a current checkpoint: the same data, the 1.20 layout.
+  const again = decodeCheckpointWithChecksum(encodeCheckpoint(data));
+  assert.equal(again.layout, "1.20");
+  assert.deepEqual(again.data, data);
+  // The kubelets' own files are in the current layout.
+  assert.equal(decodeCheckpointWithChecksum(tegraFile).layout, "1.20");
 });
 
 test("a kubelet checkpoint with an allocation verifies and reads back", () => {
@@ -150,8 +168,9 @@ test("a file that is not a checkpoint is refused with the reason and the place, 
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"AllocResp":"%%%"}]}}', /Data\.PodDeviceEntries\[0\]\.AllocResp: not standard base64/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"x":[]}}]}}', /DeviceIDs: a key is not a NUMA node number/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"0":[],"00":[]}}]}}', /NUMA node 0 appears twice/);
-  // What a kubelet up to 1.19 wrote (kubernetes#102880): named, so that whoever finds the file set aside knows why.
-  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":["gpu0"]}]}}', /DeviceIDs: a list of device ids, as kubelets up to 1\.19 wrote it/);
+  // A kubelet 1.19's layout with a wrong checksum is corrupt like any other; one file in both layouts is no kubelet's.
+  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":["gpu0"]}]},"Checksum":1}', /checkpoint is corrupted: its Checksum is 1 but its Data hashes to \d+$/);
+  assertCorrupt('{"Data":{"PodDeviceEntries":[{"DeviceIDs":["gpu0"]},{"DeviceIDs":{"0":["gpu1"]}}]}}', /some DeviceIDs are lists \(kubelet 1\.19\) and some map NUMA nodes/);
   assertCorrupt('{"Data":{"PodDeviceEntries":[{"PodUID":"a","poduid":"b"}]}}', /field PodUID is given twice, spelled two ways$/);
   assertCorrupt('{"Data":null,"Checksum":3952659280.0}', /Checksum: not an unsigned 64-bit integer/);
   assertCorrupt('{"Data":null,"Checksum":-1}', /Checksum: not an unsigned 64-bit integer/);

@@ -67,6 +67,8 @@ export class DeviceCheckpoint {
     this.#result = result;
     if (result.kind === "restored") apply(result.data);
     this.#writer?.enable();
+    // Written back at once in the current layout: the file then reads in every kubelet since 1.20 as it is.
+    if (result.kind === "restored" && result.converted) this.#writer?.changed(true);
     this.#markRestored();
     return result;
   }
