@@ -27,6 +27,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   targets: () => import("./targets.ts"),
   authority: () => import("./authority.ts"),
   wear: () => import("./checkpoint-wear.ts"),
+  owners: () => import("./owner-lifetimes.ts"),
   fleet: () => import("./fleet.ts"),
 };
 

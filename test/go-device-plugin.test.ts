@@ -14,7 +14,7 @@ import * as fs from "node:fs";
 import { test } from "node:test";
 import { runEdgeplug } from "./support/agent-process.ts";
 import { watchAgent } from "./support/agent-events.ts";
-import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
+import { deviceNode, restoredPlain, startAgent, statusJson } from "./support/device-node.ts";
 import { GO_PEER_TEST_TIMEOUT_MS, goPeersOrSkip, goPodResources, startGoDevicePlugin, type GoPeers } from "./support/go-peers.ts";
 
 const DEV = "example.com/dev";
@@ -88,7 +88,7 @@ test("a grpc-go device plugin registers on kubelet.sock by its bare path, is all
   await plugin.waitForLine(/^RESTART (kubelet\.sock re-created|own socket removed)$/, { from: mark });
   await plugin.waitForLine(/^REGISTERED$/, { from: mark });
   await agent.until("connected after the agent restarted, dev0 still unhealthy", (view) => view.resources.get(DEV)?.connected === true && view.resources.get(DEV)?.unhealthy.join() === "dev0" && view.resources.get(DEV)?.healthy.length === 3);
-  assert.deepEqual((await statusJson(node.apiSocket)).allocations, before);
+  assert.deepEqual((await statusJson(node.apiSocket)).allocations, restoredPlain(before));
   assert.deepEqual(await listedPods(peers, node.podResourcesSocket), [job1]);
 
   mark = plugin.lines().length;

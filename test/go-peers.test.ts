@@ -13,7 +13,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { runEdgeplug } from "./support/agent-process.ts";
 import { watchAgent } from "./support/agent-events.ts";
-import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
+import { deviceNode, restoredPlain, startAgent, statusJson } from "./support/device-node.ts";
 import { GO_PEER_TEST_TIMEOUT_MS, goPeersOrSkip, startGoDevicePlugin } from "./support/go-peers.ts";
 
 const DEV = "example.com/dev";
@@ -57,7 +57,7 @@ test("a grpc-go device plugin registered through the plugin watcher: health, all
   assert.deepEqual([...agent.view.allocations.keys()], ["job-1"], "the snapshot after the restart has the allocation");
   await plugin.waitForLine(/^REGISTERED$/, { from: restarted });
   await agent.until("connected again, dev1 still unhealthy", (view) => view.resources.get(DEV)?.connected === true && view.resources.get(DEV)?.unhealthy.join() === "dev1");
-  assert.deepEqual((await statusJson(node.apiSocket)).allocations, before);
+  assert.deepEqual((await statusJson(node.apiSocket)).allocations, restoredPlain(before));
   const more = await runEdgeplug(["allocate", "--owner", "job-2", `${DEV}=1`, "--api", node.apiSocket, "--output", "json"]);
   assert.equal(more.code, 0, more.stderr);
   assert.deepEqual((JSON.parse(more.stdout) as { allocations: { devices: string[] }[] }).allocations[0]?.devices, ["dev0"], "the devices held before the restart stay held");

@@ -37,6 +37,8 @@ import { REGISTRATION_ATTEMPTS_AT_ONCE } from "../pluginmanager/registration.ts"
 import { PluginStatusCache } from "../api/plugin-status.ts";
 import { LivenessDial } from "../liveness/dial.ts";
 import { Fleet } from "../fleet/fleet.ts";
+import { ownerLifetimesFile } from "../devicemanager/owner-lifetimes.ts";
+import { lazyProcessWatcher } from "../platform/process-watch.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
 export { handlerFactories } from "../handlers/factories.ts";
@@ -126,6 +128,15 @@ export class EdgeplugAgent {
       observeCheckpointWrite: ({ ok, seconds }) => this.metrics?.observeCheckpointWrite(ok, seconds),
       observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
       liveElsewhere: (endpoint) => csiDraEndpointHolder(this.#csiDra, endpoint),
+      // --reconcile-once serves no API and runs too briefly to watch processes or leases: it leaves the side file alone.
+      ownerLifetimes:
+        this.#once !== null
+          ? undefined
+          : {
+              file: ownerLifetimesFile(policy.checkpoint.path),
+              watcher: lazyProcessWatcher(),
+              observeAutomaticRelease: (cause) => this.metrics?.observeAutomaticRelease(cause),
+            },
     });
     // The rules of the policy in force (a reload changes them for the next registration), and the device plugins' endpoints.
     const liveElsewhere = (endpoint: SocketIdentity) => this.devices.endpointHolder(endpoint);
@@ -349,7 +360,7 @@ export class EdgeplugAgent {
     }
     this.events.publish({
       case: "allocation",
-      value: create(AllocationEventSchema, { owner: change.owner, allocations: this.devices.allocations(change.owner), released: change.released }),
+      value: create(AllocationEventSchema, { owner: change.owner, allocations: this.devices.allocations(change.owner), released: change.released, releaseCause: change.cause }),
     });
   }
 

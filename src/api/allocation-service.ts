@@ -11,6 +11,7 @@ import type { AllocateRequest, AllocateResponse, ReleaseRequest, ReleaseResponse
 import { AllocateResponseSchema, ReleaseResponseSchema, ResourceAllocationSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { AllocationError, AllocationQueueFullError } from "../devicemanager/allocation.ts";
 import type { DeviceManager } from "../devicemanager/device-manager.ts";
+import type { RequestedLifetime } from "../devicemanager/owner-lifetimes.ts";
 
 /** `--container`'s default (docs/commands.md). */
 export const DEFAULT_CONTAINER = "main";
@@ -22,6 +23,7 @@ export async function allocateDevices(devices: DeviceManager, request: AllocateR
       owner: request.owner,
       container: request.container === "" ? DEFAULT_CONTAINER : request.container,
       resources: request.resources.map(({ resource, count }) => ({ resource, count })),
+      lifetime: requestedLifetime(request),
     });
     return create(AllocateResponseSchema, {
       allocations: granted.map((grant) => create(ResourceAllocationSchema, grant)),
@@ -31,6 +33,17 @@ export async function allocateDevices(devices: DeviceManager, request: AllocateR
     if (error instanceof AllocationError) throw new ConnectError(error.message, Code.FailedPrecondition);
     throw error;
   }
+}
+
+/** The owner's lifetime the request asks for; a process and a lease at once is refused. */
+function requestedLifetime(request: AllocateRequest): RequestedLifetime {
+  if (request.ownerPid !== undefined && request.leaseMs !== undefined) throw new ConnectError("owner_pid and lease_ms exclude each other: an owner is held by a process or by a lease", Code.InvalidArgument);
+  if (request.ownerPid !== undefined) {
+    return { kind: "process", pid: request.ownerPid, startTime: request.ownerPidStartTime === undefined ? undefined : String(request.ownerPidStartTime) };
+  }
+  if (request.ownerPidStartTime !== undefined) throw new ConnectError("owner_pid_start_time needs owner_pid", Code.InvalidArgument);
+  if (request.leaseMs !== undefined) return { kind: "lease", durationMs: Number(request.leaseMs) };
+  return { kind: "plain" };
 }
 
 export async function releaseDevices(devices: DeviceManager, request: ReleaseRequest): Promise<ReleaseResponse> {

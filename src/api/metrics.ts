@@ -15,6 +15,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { AttemptFailure } from "../pluginmanager/types.ts";
+import { AUTOMATIC_RELEASE_CAUSES, type AutomaticReleaseCause } from "../devicemanager/owner-lifetimes.ts";
 import { registerStateGauges, type StateSources } from "./state-gauges.ts";
 import type { RequestCounters } from "../rpc/request-reports.ts";
 
@@ -60,6 +61,8 @@ export interface AgentMetrics {
   observeAllocation(resource: string): void;
   /** Counts one allocation request refused on arrival because the allocation queue was full. */
   observeAllocationQueueFull(): void;
+  /** Counts one owner released by the agent itself, by cause. */
+  observeAutomaticRelease(cause: AutomaticReleaseCause): void;
   /** Counts one checkpoint write (success or failure) and its duration. */
   observeCheckpointWrite(ok: boolean, seconds: number): void;
   /** Counts how the checkpoint was read at start. */
@@ -120,6 +123,13 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     help: "Allocation requests refused on arrival because the allocation queue was full (ResourceExhausted).",
     registers,
   });
+  const automaticReleases = new Counter({
+    name: "edgeplug_automatic_releases_total",
+    help: "Owners released by the agent itself, by cause (process_exited, lease_lapsed, process_gone_at_start, lease_lapsed_at_start).",
+    labelNames: ["cause"],
+    registers,
+  });
+  for (const cause of AUTOMATIC_RELEASE_CAUSES) automaticReleases.inc({ cause }, 0);
   const checkpointWrites = new Counter({
     name: "edgeplug_checkpoint_writes_total",
     help: "Checkpoint writes by result (success, failure).",
@@ -205,6 +215,9 @@ export function createMetrics(sources: MetricsSources): AgentMetrics {
     },
     observeAllocationQueueFull() {
       allocationQueueFull.inc();
+    },
+    observeAutomaticRelease(cause) {
+      automaticReleases.inc({ cause });
     },
     observeCheckpointWrite(ok, seconds) {
       checkpointWrites.inc({ result: ok ? "success" : "failure" });

@@ -16,6 +16,7 @@ import type {
 } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema, WatchLimitsStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
+import { formatDuration } from "../policy/duration.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import type { FailureReason } from "../pluginmanager/types.ts";
 import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
@@ -56,6 +57,13 @@ export interface AllocationJson {
   container: string;
   resource: string;
   devices: string[];
+  /** When the agent recorded the owner's first allocation; null for a plain owner restored from the checkpoint. */
+  allocatedAt: string | null;
+  /** Whole seconds since allocatedAt (a uint64: a string in JSON); null with it. */
+  ageSeconds: string | null;
+  kind: "plain" | "process" | "lease";
+  ownerPid: number | null;
+  leaseExpiresAt: string | null;
 }
 
 export interface CheckpointJson {
@@ -241,12 +249,24 @@ export function statusToText(status: StatusResponse, now: Date = new Date()): st
     lines.push(
       "",
       ...table(
-        ["OWNER", "CONTAINER", "RESOURCE", "DEVICES"],
-        status.allocations.map((a) => [a.owner, a.container, a.resource, a.devices.join(",")]),
+        ["OWNER", "CONTAINER", "RESOURCE", "DEVICES", "AGE", "HELD"],
+        status.allocations.map((a) => [a.owner, a.container, a.resource, a.devices.join(","), ageText(a), heldText(a)]),
       ),
     );
   }
   return lines.join("\n") + "\n";
+}
+
+/** An allocation's age (`-` for a plain owner restored from the checkpoint, whose age is not known). */
+function ageText(allocation: AllocationStatus): string {
+  return allocation.ageSeconds === undefined ? "-" : formatDuration(Number(allocation.ageSeconds) * 1000);
+}
+
+/** How long its owner holds it: until released, while a process runs, or until a lease lapses. */
+function heldText(allocation: AllocationStatus): string {
+  if (allocation.kind === "process") return `pid ${allocation.ownerPid ?? "?"}`;
+  if (allocation.kind === "lease") return `lease until ${allocation.leaseExpiresAt ? timestampDate(allocation.leaseExpiresAt).toISOString() : "?"}`;
+  return "until released";
 }
 
 /** Only what needs attention: a corrupt checkpoint at start, a failing write. */

@@ -11,6 +11,8 @@ import type { AllocateResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { AllocateResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { MAX_RESOURCES_PER_REQUEST } from "../devicemanager/allocation.ts";
 import { isExtendedResourceName } from "../devicemanager/names.ts";
+import { OWNER_LIFETIME_LIMITS } from "../devicemanager/owner-lifetimes.ts";
+import { MAX_PID, processIdentity } from "../platform/process-watch.ts";
 import { printable } from "../log/printable.ts";
 import type { Client } from "@connectrpc/connect";
 import type { Agent, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -24,7 +26,7 @@ import { COMMON_OPTIONS_HELP } from "./help.ts";
 /** A count travels as a uint32; anything larger cannot be asked for at all (the agent also holds it to security.maxDevicesPerResource). */
 export const MAX_COUNT = 0xffff_ffff;
 
-const usage = `Usage: edgeplug allocate --owner ID [--container NAME] RESOURCE=COUNT... [--config PATH | --api SOCKET] [--output text|json] [--timeout DUR] [--wait DUR]
+const usage = `Usage: edgeplug allocate --owner ID [--container NAME] [--owner-pid PID | --lease DUR] RESOURCE=COUNT... [--config PATH | --api SOCKET] [--output text|json] [--timeout DUR] [--wait DUR]
 
 Asks the running agent to allocate COUNT healthy, free devices of each
 RESOURCE (an extended resource name such as acme.io/gpu) to the owner, as
@@ -40,6 +42,12 @@ Options:
                        UID or name; the owner is a pod in namespace edgeplug
                        in the pod-resources API)
   --container NAME     container name, at most 63 characters (default main)
+  --owner-pid PID      the owner's devices are released when process PID exits (a process of
+                       this machine's PID namespace; the process is pinned by its start time, so
+                       a PID reused by another process later neither keeps nor takes devices)
+  --lease DUR          the owner's devices are released DUR (1s to 24h) after the last allocate
+                       for the owner with --lease: run the same allocate again to renew it.
+                       Without either the owner holds its devices until edgeplug release
   --config PATH        find the agent through this policy's api.socket
   --api SOCKET         the agent's API socket (overrides --config)
   --output text|json   text for people (default) or the API's JSON
@@ -52,7 +60,7 @@ ${COMMON_OPTIONS_HELP}
 Exit codes: 0 allocated, 1 refused (the reason on stderr), not ready within --wait, or agent unreachable, 2 bad usage.
 `;
 
-const options = { ...AGENT_CALL_OPTIONS, container: { type: "string" }, wait: { type: "string" } } as const;
+const options = { ...AGENT_CALL_OPTIONS, container: { type: "string" }, wait: { type: "string" }, "owner-pid": { type: "string" }, lease: { type: "string" } } as const;
 
 /** The longest `--wait`: long enough for a node's device plugins to come back after a reboot, short enough that a forgotten script ends. */
 export const MAX_WAIT_MS = 3_600_000;
@@ -68,12 +76,13 @@ export const allocateCommand: Command = {
     const container = containerFlag("allocate", parsed.values.container);
     const resources = parseRequests(parsed.positionals);
     const waitMs = parsed.values.wait === undefined ? null : waitFlag("allocate", "wait", parsed.values.wait);
+    const lifetime = lifetimeFlags(parsed.values["owner-pid"], parsed.values.lease);
     if (waitMs !== null && waitMs > MAX_WAIT_MS) {
       throw new UsageError(`edgeplug allocate: --wait: must be at most ${formatDuration(MAX_WAIT_MS)}, got ${JSON.stringify(parsed.values.wait)}`);
     }
     return callAgent(io, { ...parsed.values, command: "allocate", what: "the allocation" }, async (client, timeoutMs) => {
       if (waitMs !== null) await waitUntilReady(client, resources, waitMs, io);
-      const answer = await client.allocate({ owner, container, resources }, { timeoutMs, signal: io.signal });
+      const answer = await client.allocate({ owner, container, resources, ...lifetime }, { timeoutMs, signal: io.signal });
       io.stdout(output === "json" ? JSON.stringify(toJson(AllocateResponseSchema, answer, { alwaysEmitImplicit: true }), null, 2) + "\n" : allocationText(answer));
     });
   },
@@ -124,6 +133,33 @@ async function waitUntilReady(client: Client<typeof Agent>, requests: { resource
   }
   if (expired.aborted) throw new CallFailure(`not ready within ${formatDuration(waitMs)} (--wait), nothing allocated: ${missing().join("; ")}`);
   throw new CallFailure("the agent ended its event stream before the resources were ready; nothing allocated");
+}
+
+/**
+ * `--owner-pid` and `--lease` as the request's fields. The process is read
+ * here, when the user names it: its start time goes with the PID, and the
+ * agent refuses another process that holds the PID by the time it serves
+ * the request.
+ */
+export function lifetimeFlags(pidText: string | undefined, leaseText: string | undefined): { ownerPid?: number; ownerPidStartTime?: bigint; leaseMs?: bigint } {
+  if (pidText !== undefined && leaseText !== undefined) throw new UsageError("edgeplug allocate: --owner-pid and --lease exclude each other: an owner is held by a process or by a lease");
+  if (pidText !== undefined) {
+    if (!/^[0-9]{1,7}$/.test(pidText) || Number(pidText) < 1 || Number(pidText) > MAX_PID) {
+      throw new UsageError(`edgeplug allocate: --owner-pid: a process ID between 1 and ${MAX_PID}, got ${JSON.stringify(pidText)}`);
+    }
+    const identity = processIdentity(Number(pidText));
+    if (identity === null) throw new UsageError(`edgeplug allocate: --owner-pid: no process ${pidText} is running`);
+    return { ownerPid: identity.pid, ownerPidStartTime: BigInt(identity.startTime) };
+  }
+  if (leaseText !== undefined) {
+    const { minLeaseMs, maxLeaseMs } = OWNER_LIFETIME_LIMITS;
+    const leaseMs = waitFlag("allocate", "lease", leaseText);
+    if (leaseMs < minLeaseMs || leaseMs > maxLeaseMs) {
+      throw new UsageError(`edgeplug allocate: --lease: must be between ${formatDuration(minLeaseMs)} and ${formatDuration(maxLeaseMs)}, got ${JSON.stringify(leaseText)}`);
+    }
+    return { leaseMs: BigInt(leaseMs) };
+  }
+  return {};
 }
 
 /** Parses `RESOURCE=COUNT` arguments; every mistake is a usage error naming the argument. */

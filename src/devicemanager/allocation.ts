@@ -13,6 +13,7 @@ import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
 import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode, type TopologyPolicy } from "./topology.ts";
 import { hasControlCharacter } from "../log/printable.ts";
+import type { RequestedLifetime } from "./owner-lifetimes.ts";
 
 export interface ResourceRequest {
   resource: string;
@@ -23,6 +24,8 @@ export interface AllocationRequest {
   owner: string;
   container: string;
   resources: ResourceRequest[];
+  /** How long the owner holds its devices (owner-lifetimes.ts); plain when unset. */
+  lifetime?: RequestedLifetime;
   /**
    * The caller's: once it gives up, its request leaves the queue, and its
    * plugin calls are abandoned. While the request runs, the allocator adds

@@ -28,6 +28,7 @@ import { PLUGIN_CALL_TIMEOUTS } from "./endpoint.ts";
 import { entryDeviceIds, type ContainerDevices, type PodDevices } from "./pod-devices.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { TopologyPolicy } from "./topology.ts";
+import type { AutomaticReleaseCause, OwnerLifetimes } from "./owner-lifetimes.ts";
 
 /**
  * Requests that may wait behind the running one: as many as the API socket
@@ -62,6 +63,8 @@ export interface AllocatorParts {
   clock: Clock;
   /** Told of each request refused because the queue was full. */
   queueFull?: () => void;
+  /** Owners held by a process or a lease; without it every owner is plain. */
+  lifetimes?: () => OwnerLifetimes | null;
 }
 
 export class Allocator {
@@ -89,7 +92,26 @@ export class Allocator {
       if (request.signal?.aborted) throw new AllocationError(`the request of owner ${request.owner} was cancelled before its turn`);
       if (this.#parts.pods.isReleasing(request.owner)) throw new AllocationError(`owner ${request.owner} is being released; allocate again once the release is answered`);
       await this.#checkpointWritable(request);
-      recorded = await this.#run(request);
+      const lifetimes = this.#parts.lifetimes?.() ?? null;
+      if (lifetimes === null && request.lifetime !== undefined && request.lifetime.kind !== "plain") {
+        throw new AllocationError("this agent keeps no owner processes or leases (--reconcile-once)");
+      }
+      // In force before the plugin calls: a process exiting meanwhile releases whatever the request records.
+      const pending = lifetimes?.prepare(request.owner, request.lifetime ?? { kind: "plain" }) ?? null;
+      try {
+        recorded = await this.#run(request);
+      } catch (error) {
+        pending?.abandon();
+        throw error;
+      }
+      // Before the checkpoint holds the devices, the side file holds how long: a crash between leaves an owner the next start drops.
+      const failure = pending === null ? null : await pending.commit();
+      if (failure !== null) {
+        this.#undo(recorded);
+        pending?.abandon();
+        this.#parts.log.warn("allocation undone: the owner lifetimes file was not written", { owner: request.owner, error: failure });
+        throw new AllocationError(`nothing was allocated to owner ${request.owner}, the allocation was undone: the owner lifetimes file was not written: ${failure}`);
+      }
     } finally {
       giveUpTurn();
     }
@@ -112,7 +134,7 @@ export class Allocator {
 
   /** Waits for the write holding `recorded`; on failure undoes it and refuses with the cause. */
   async #written(request: AllocationRequest, recorded: Recorded): Promise<void> {
-    const { pods, checkpoint, events, log } = this.#parts;
+    const { checkpoint, events, log } = this.#parts;
     const failure = await checkpoint.written(recorded.change);
     const devices = recorded.fresh.map((e) => ({ resource: e.resource, devices: entryDeviceIds(e) }));
     if (failure === null) {
@@ -120,11 +142,16 @@ export class Allocator {
       events.allocationChanged({ kind: "allocation", owner: request.owner, released: false, resources: recorded.fresh.map((entry) => entry.resource) });
       return;
     }
-    // Entries a release took meanwhile are gone already; the others go now, and the next write leaves them out.
-    const undone = recorded.fresh.filter((entry) => pods.remove(entry));
-    if (undone.length > 0) checkpoint.changed();
+    this.#undo(recorded);
+    this.#parts.lifetimes?.()?.forget(request.owner);
     log.warn("allocation undone: its checkpoint write failed", { owner: request.owner, container: request.container, allocations: devices, error: failure });
     throw new AllocationError(`nothing was allocated to owner ${request.owner}, the allocation was undone: ${failure}`);
+  }
+
+  /** Entries a release took meanwhile are gone already; the others go now, and the next write leaves them out. */
+  #undo(recorded: Recorded): void {
+    const undone = recorded.fresh.filter((entry) => this.#parts.pods.remove(entry));
+    if (undone.length > 0) this.#parts.checkpoint.changed();
   }
 
   /** Runs `request`, which holds the turn, under its deadline, and records what it was granted. */
@@ -159,17 +186,20 @@ export class Allocator {
    * can take them); if that write fails the owner keeps them and the release
    * is refused with the cause.
    */
-  release(owner: string): Promise<AllocationStatus[]> {
+  release(owner: string, cause?: AutomaticReleaseCause): Promise<AllocationStatus[]> {
     if (this.#inFlight?.owner === owner) this.#inFlight.released = true;
     const pending = this.#releasing.get(owner);
     if (pending) return pending;
-    if (this.#parts.pods.ownerEntries(owner).length === 0) return Promise.resolve([]);
-    const releasing = this.#release(owner).finally(() => this.#releasing.delete(owner));
+    if (this.#parts.pods.ownerEntries(owner).length === 0) {
+      this.#parts.lifetimes?.()?.forget(owner);
+      return Promise.resolve([]);
+    }
+    const releasing = this.#release(owner, cause).finally(() => this.#releasing.delete(owner));
     this.#releasing.set(owner, releasing);
     return releasing;
   }
 
-  async #release(owner: string): Promise<AllocationStatus[]> {
+  async #release(owner: string, cause: AutomaticReleaseCause | undefined): Promise<AllocationStatus[]> {
     const { pods, checkpoint, events, log } = this.#parts;
     pods.beginRelease(owner);
     let failure: string | null;
@@ -185,11 +215,12 @@ export class Allocator {
       throw new AllocationError(`owner ${owner} was not released, its devices stay held: ${failure}`);
     }
     const freed = pods.release(owner);
+    this.#parts.lifetimes?.()?.forget(owner);
     if (freed.length > 0) {
-      log.info("devices released", { owner });
-      events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource) });
+      if (cause === undefined) log.info("devices released", { owner });
+      events.allocationChanged({ kind: "allocation", owner, released: true, resources: freed.map((entry) => entry.resource), cause });
     }
-    return freed.map(allocationStatus);
+    return freed.map((entry) => allocationStatus(entry));
   }
 }
 

@@ -14,8 +14,9 @@
  */
 import type { AllocationStatus, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../log/logger.ts";
-import { systemClock } from "../platform/clock.ts";
+import { systemClock, type Clock } from "../platform/clock.ts";
 import { DeviceCheckpoint, type CheckpointState } from "./checkpoint/device-checkpoint.ts";
+import { OwnerLifetimes } from "./owner-lifetimes.ts";
 import { DeviceEvents } from "./device-events.ts";
 import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
 import { Allocator } from "./allocator.ts";
@@ -44,6 +45,8 @@ export class DeviceManager {
   #settings: Required<DeviceSettings>;
   readonly #allocator: Allocator;
   readonly #liveElsewhere: LiveEndpointLookup | undefined;
+  readonly #lifetimes: OwnerLifetimes | null;
+  readonly #clock: Clock;
   #stopped = false;
   #stopping: Promise<void> | null = null;
 
@@ -53,6 +56,7 @@ export class DeviceManager {
     this.#settings = settingsWithDefaults(options, defaultEndpointRules());
     this.#liveElsewhere = options.liveElsewhere;
     const clock = options.clock ?? systemClock;
+    this.#clock = clock;
     this.#resources = new ResourceTable({
       clock,
       gracePeriodMs: options.gracePeriodMs,
@@ -92,7 +96,21 @@ export class DeviceManager {
       stopped: () => this.#stopped,
       clock,
       queueFull: options.observeAllocationQueueFull,
+      lifetimes: () => this.#lifetimes,
     });
+    const lifetimes = options.ownerLifetimes;
+    this.#lifetimes =
+      lifetimes === undefined
+        ? null
+        : new OwnerLifetimes({
+            file: options.readOnly ? null : lifetimes.file,
+            clock,
+            log: this.#log,
+            watcher: lifetimes.watcher,
+            holdsDevices: (owner) => this.#pods.ownerEntries(owner).length > 0,
+            release: async (owner, cause) => (await this.#allocator.release(owner, cause)).length,
+            observe: lifetimes.observeAutomaticRelease,
+          });
   }
 
   /** Settings a policy reload may change. */
@@ -140,7 +158,13 @@ export class DeviceManager {
    * directory cannot be created or the file cannot be read; writes start
    * only after a successful restore.
    */
-  restore(): Promise<RestoreResult> {
+  async restore(): Promise<RestoreResult> {
+    const result = await this.#restoreCheckpoint();
+    await this.#lifetimes?.restore();
+    return result;
+  }
+
+  #restoreCheckpoint(): Promise<RestoreResult> {
     return this.#checkpoint.restore((data) => {
       const skipped = this.#pods.restore(data.podDeviceEntries);
       for (const entry of skipped) this.#log.warn("checkpoint entry skipped: its AllocResp does not decode", { entry });
@@ -209,8 +233,16 @@ export class DeviceManager {
     return state ? this.#statusView.of(state) : undefined;
   }
 
+  /** Each allocation with its owner's age and kind (plain, process, lease). */
   allocations(owner?: string): AllocationStatus[] {
-    return (owner === undefined ? [...this.#pods.entries()] : this.#pods.ownerEntries(owner)).map(allocationStatus);
+    const now = this.#clock.now();
+    const entries = owner === undefined ? [...this.#pods.entries()] : this.#pods.ownerEntries(owner);
+    return entries.map((entry) => allocationStatus(entry, this.#lifetimes?.describe(entry.owner) ?? { kind: "plain", since: null }, now));
+  }
+
+  /** Owners held by a process and owners with a lease now, and whether the lease timer is set. */
+  ownerLifetimeCounts(): { processes: number; leases: number; timerSet: boolean } {
+    return { ...(this.#lifetimes?.counts ?? { processes: 0, leases: 0 }), timerSet: this.#lifetimes?.timerSet ?? false };
   }
 
   /** Every resource's state, read-only use (the pod-resources API reads healthy devices and their NUMA nodes). */
@@ -257,6 +289,7 @@ export class DeviceManager {
 
   async #stop(): Promise<void> {
     this.#stopped = true;
+    this.#lifetimes?.stop();
     this.#resources.stop();
     this.#events.stop();
     this.#connections.closeAll();

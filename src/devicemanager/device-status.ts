@@ -10,6 +10,7 @@ import type { AllocationStatus, CheckpointStatus, ResourceStatus } from "../gen/
 import { AllocationStatusSchema, CheckpointStatusSchema, ResourceStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { CheckpointState } from "./device-manager.ts";
 import { entryDeviceIds, type ContainerDevices } from "./pod-devices.ts";
+import type { OwnerLifetime } from "./owner-lifetimes.ts";
 import { sortedHealthyIds, sortedUnhealthyIds, type ResourceState } from "./resources.ts";
 
 export class ResourceStatusView {
@@ -42,8 +43,18 @@ function resourceStatus(state: ResourceState): ResourceStatus {
   });
 }
 
-export function allocationStatus(entry: ContainerDevices): AllocationStatus {
-  return create(AllocationStatusSchema, { owner: entry.owner, container: entry.container, resource: entry.resource, devices: entryDeviceIds(entry) });
+/** An allocation as status shows it; with its owner's lifetime, its age at `now` and its kind. */
+export function allocationStatus(entry: ContainerDevices, lifetime?: OwnerLifetime, now?: number): AllocationStatus {
+  const status = create(AllocationStatusSchema, { owner: entry.owner, container: entry.container, resource: entry.resource, devices: entryDeviceIds(entry), kind: "plain" });
+  if (lifetime === undefined) return status;
+  status.kind = lifetime.kind;
+  if (lifetime.since !== null) {
+    status.allocatedAt = timestampFromDate(new Date(lifetime.since));
+    if (now !== undefined) status.ageSeconds = BigInt(Math.max(0, Math.floor((now - lifetime.since) / 1000)));
+  }
+  if (lifetime.kind === "process") status.ownerPid = lifetime.pid;
+  if (lifetime.kind === "lease") status.leaseExpiresAt = timestampFromDate(new Date(lifetime.expiresAt));
+  return status;
 }
 
 /** Orders resources by name, as status lists them. */

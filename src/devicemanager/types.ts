@@ -9,6 +9,8 @@ import type { CheckpointWriteOutcome } from "./checkpoint/checkpoint-writer.ts";
 import type { LiveEndpointLookup, WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
 import type { DeviceStateStore } from "./checkpoint/checkpoint.ts";
 import type { PinnedSocket } from "../platform/pinned-socket.ts";
+import type { AutomaticReleaseCause } from "./owner-lifetimes.ts";
+import type { ProcessWatcher } from "../platform/process-watch.ts";
 
 /** The settings a policy gives the device manager; a reload may change them. */
 export interface DeviceSettings {
@@ -34,11 +36,24 @@ export interface DeviceManagerOptions extends DeviceSettings {
   liveElsewhere?: LiveEndpointLookup;
   /** Told of every allocation request refused because the queue was full (metrics). */
   observeAllocationQueueFull?: () => void;
+  /**
+   * Owners held by a process or a lease (owner-lifetimes.ts): the side file
+   * beside the checkpoint (null: in memory only) and the process watcher.
+   * Without it every owner is plain (`--reconcile-once`).
+   */
+  ownerLifetimes?: { file: string | null; watcher: ProcessWatcher; observeAutomaticRelease?: (cause: AutomaticReleaseCause) => void };
 }
 
 export type DeviceChange =
   | { kind: "resource"; resource: string; removed: boolean }
-  | { kind: "allocation"; owner: string; released: boolean; /** resources newly allocated or freed */ resources: string[] };
+  | {
+      kind: "allocation";
+      owner: string;
+      released: boolean;
+      /** resources newly allocated or freed */ resources: string[];
+      /** Set when the agent released the owner by itself. */
+      cause?: AutomaticReleaseCause;
+    };
 
 export interface ConnectOptions {
   signal?: AbortSignal;

@@ -93,6 +93,14 @@ export async function startAgent(node: DeviceNode): Promise<AgentProcess> {
   return agent;
 }
 
+/**
+ * Allocations as a restarted agent shows them: a plain owner restored from
+ * the checkpoint has no age (the kubelet's format keeps no time).
+ */
+export function restoredPlain<T extends { allocatedAt: string | null; ageSeconds: string | null }>(allocations: T[]): T[] {
+  return allocations.map((allocation) => ({ ...allocation, allocatedAt: null, ageSeconds: null }));
+}
+
 /** `edgeplug status --output json`, whatever the verdict. */
 export async function statusJson(apiSocket: string): Promise<StatusJson> {
   const result = await runEdgeplug(["status", "--api", apiSocket, "--output", "json", "--exit-zero"]);
