@@ -15,4 +15,5 @@ test("the descriptor limit is read from the Max open files row of /proc/PID/limi
   });
   assert.equal(parseDescriptorLimit("Max processes 1 1 processes"), null);
   assert.equal(descriptorsNeeded({ listenerConnections: 192, maxPlugins: 100, attemptsAtOnce: 128 }), 192 + 200 + 256 + 64);
+  assert.equal(descriptorsNeeded({ listenerConnections: 192, maxPlugins: 100, attemptsAtOnce: 128, processOwners: 1024 }), 192 + 200 + 256 + 1024 + 64);
 });

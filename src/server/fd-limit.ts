@@ -15,6 +15,7 @@
  */
 import * as fs from "node:fs";
 import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS, POD_RESOURCES_SOCKET_LIMITS, REGISTRATION_SOCKET_LIMITS } from "./limits.ts";
+import { OWNER_LIFETIME_LIMITS } from "../devicemanager/owner-lifetimes.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 
@@ -48,11 +49,11 @@ export function parseDescriptorLimit(limitsText: string): DescriptorLimit | null
  * Descriptors the agent may need at once: every connection its listeners
  * admit, two per plugin (its kept service connection and the pinned socket
  * it dials through), two per registration attempt running (the same pair for
- * the registration socket), plus `reserve` for watchers, logs, the
- * checkpoint and the runtime itself.
+ * the registration socket), one pidfd per owner held by a process, plus
+ * `reserve` for watchers, logs, the checkpoint and the runtime itself.
  */
-export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugins: number; attemptsAtOnce: number; reserve?: number }): number {
-  return parts.listenerConnections + 2 * parts.maxPlugins + 2 * parts.attemptsAtOnce + (parts.reserve ?? 64);
+export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugins: number; attemptsAtOnce: number; processOwners?: number; reserve?: number }): number {
+  return parts.listenerConnections + 2 * parts.maxPlugins + 2 * parts.attemptsAtOnce + (parts.processOwners ?? 0) + (parts.reserve ?? 64);
 }
 
 /** Logs the limit the runtime set at start, warning when even the hard limit is below what `policy` may use. */
@@ -67,6 +68,7 @@ export function logDescriptorLimit(log: Logger, policy: Policy, attemptsAtOnce: 
       (policy.podResources.socket === null ? 0 : POD_RESOURCES_SOCKET_LIMITS.maxConnections),
     maxPlugins: policy.security.maxPlugins,
     attemptsAtOnce,
+    processOwners: policy.handlers.has("DevicePlugin") ? OWNER_LIFETIME_LIMITS.maxProcessOwners : 0,
   });
   const fields = { soft: limit.soft, hard: limit.hard, needed };
   if (limit.soft < needed) log.warn("descriptor limit (RLIMIT_NOFILE) is below what the configured limits may use; raise LimitNOFILE", fields);
