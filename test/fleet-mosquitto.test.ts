@@ -102,6 +102,25 @@ test("mosquitto frozen (SIGSTOP, its connections open): the link gives the conne
   assert.equal((await agent.exited).code, 0);
 });
 
+test("mosquitto: with the agent's resync (1 s) within the keepalive (2 s), the online refresh rides on it: about one a keepalive, never two a resync apart, within the broker's 1.5 x keepalive", async (t) => {
+  const broker = await startMosquitto(t);
+  const dir = tempDir(t);
+  const policy = writeFleetPolicy(dir, "node-r", `  brokers: ["${broker.url}"]\n  keepalive: 2s`);
+  fs.writeFileSync(policy.path, fs.readFileSync(policy.path, "utf8").replace("reconcile: { backoff", "reconcile: { resync: 1s, backoff"));
+  const watcher = await subscribe(t, broker.url, "edgeplug/v1/node-r/online");
+  const agent = await startAgent(t, policy.path);
+  await agent.waitForLog("fleet link connected");
+  const refreshes = () => watcher.messages.filter((m) => !m.retain && JSON.parse(m.text).online === true);
+  await watcher.waitFor("five refreshes", () => refreshes().length >= 5, 20_000);
+  const times = refreshes().map((m) => Date.parse(JSON.parse(m.text).updatedAt));
+  const gaps = times.slice(1).map((time, i) => time - times[i]!);
+  // Due after keepalive - resync/2 = 1.5 s, so sent on the resync at about 2 s; one per resync would be 1 s apart.
+  assert.ok(gaps.every((gap) => gap >= 1_300 && gap <= 3_000), `refreshes ${gaps.join(", ")} ms apart`);
+  assert.equal(agent.logs().filter((r) => r.msg === "fleet link lost, reconnecting").length, 0);
+  agent.child.kill("SIGTERM");
+  assert.equal((await agent.exited).code, 0);
+});
+
 test("mosquitto stopped while 20 plugins churn: the agent reconnects by itself, republishes online and status, sends queued events in order, and a gap beyond the bound", async (t) => {
   const broker = await startMosquitto(t);
   const dir = tempDir(t);

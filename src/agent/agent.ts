@@ -152,7 +152,7 @@ export class EdgeplugAgent {
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status(), undefined, undefined, { log: log.with({ component: "api" }) });
-    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry, registering: () => this.#attemptsInFlight > 0 });
+    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry, registering: () => this.#attemptsInFlight > 0, agentTickMs: () => this.#policy.reconcile.resyncMs });
     this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
@@ -366,7 +366,11 @@ export class EdgeplugAgent {
 
   #observer(): PluginManagerObserver {
     return {
-      heartbeat: (source) => this.health.heartbeat(source),
+      heartbeat: (source) => {
+        this.health.heartbeat(source);
+        // The agent is awake anyway: the fleet's keepalive refresh rides along when it is nearly due.
+        this.#fleet.agentAwake();
+      },
       attemptStarted: () => void (this.#attemptsInFlight += 1),
       attemptEnded: (attempt) => this.metrics?.observeRegistration(attempt.info?.type ?? null, attempt.durationMs / 1000, attempt.reason),
       attemptSettled: () => {

@@ -18,6 +18,8 @@ export interface FleetOptions {
   registry?: Registry;
   /** True while a plugin registration is in flight: the link holds its sending until {@link Fleet.registrationsSettled}. */
   registering?: () => boolean;
+  /** The period the agent wakes at for its own work (the reconcile resync), which calls {@link Fleet.agentAwake}. */
+  agentTickMs?: () => number;
 }
 
 export class Fleet {
@@ -49,14 +51,19 @@ export class Fleet {
     if (fleet === null) return;
     void this.#closing.then(() => {
       if (this.#wanted !== wanted) return;
-      const { log, status, events, registering } = this.#options;
-      this.#link = new FleetLink({ log, status, events, registering, policy: fleet, node: policy.nodeName, counters: this.counters });
+      const { log, status, events, registering, agentTickMs } = this.#options;
+      this.#link = new FleetLink({ log, status, events, registering, agentTickMs, policy: fleet, node: policy.nodeName, counters: this.counters });
     });
   }
 
   /** No registration is in flight any more: what the link held goes out now. */
   registrationsSettled(): void {
     this.#link?.resume();
+  }
+
+  /** The agent woke for its own work (each reconcile pass). */
+  agentAwake(): void {
+    this.#link?.agentAwake();
   }
 
   /** StatusResponse.fleet: undefined while the fleet is off. */

@@ -48,6 +48,12 @@ export interface FleetLinkOptions {
   random?: () => number;
   /** True while a plugin registration is in flight: status and events wait for {@link FleetLink.resume} (or {@link REGISTRATION_HOLD_MAX_MS}). */
   registering?: () => boolean;
+  /**
+   * The period the agent wakes at anyway (its reconcile resync), calling
+   * {@link FleetLink.agentAwake}: the online refresh rides on those wakeups
+   * (default: none; the refresh has a timer of its own).
+   */
+  agentTickMs?: () => number;
 }
 
 export class FleetLink {
@@ -57,6 +63,9 @@ export class FleetLink {
   readonly #counters: FleetCounters;
   readonly #random: () => number;
   readonly #registering: () => boolean;
+  readonly #agentTickMs: () => number;
+  /** When the last online refresh was sent (performance.now()). */
+  #lastRefreshAt = 0;
   /** When the sending started waiting for registrations in flight; null while it does not. */
   #heldSince: number | null = null;
   /** Ends a hold that lasted {@link REGISTRATION_HOLD_MAX_MS}. */
@@ -75,6 +84,7 @@ export class FleetLink {
   #client: MqttClient | null = null;
   #connectedAt: Date | null = null;
   #retryTimer: NodeJS.Timeout | null = null;
+  /** The online refresh's own timer, for when the agent's wakeups do not come in time. */
   #heartbeat: NodeJS.Timeout | null = null;
   /** The last online refresh is not acknowledged yet. */
   #refreshUnanswered = false;
@@ -96,6 +106,7 @@ export class FleetLink {
     this.#counters = options.counters;
     this.#random = options.random ?? Math.random;
     this.#registering = options.registering ?? (() => false);
+    this.#agentTickMs = options.agentTickMs ?? (() => Number.POSITIVE_INFINITY);
     this.#queue = new EventQueue(() => (this.#counters.drops += 1));
     const topic = (kind: FleetTopicKind) => fleetTopic(options.policy.prefix, options.node, kind);
     this.#topics = { online: topic("online"), status: topic("status"), events: topic("events") };
@@ -177,7 +188,7 @@ export class FleetLink {
 
   #clearTimers(): void {
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
-    if (this.#heartbeat) clearInterval(this.#heartbeat);
+    if (this.#heartbeat) clearTimeout(this.#heartbeat);
     this.#statusTimer?.();
     this.#holdTimer?.();
     this.#retryTimer = this.#heartbeat = this.#statusTimer = this.#holdTimer = null;
@@ -252,8 +263,6 @@ export class FleetLink {
     this.#setState("connected", null);
     this.#refreshUnanswered = false;
     this.#publishOnline(client);
-    this.#heartbeat = setInterval(() => this.#refreshOnline(client), this.policy.keepaliveMs);
-    this.#heartbeat.unref();
     this.#statusDirty = true;
     this.#scheduleStatus();
     this.#pump();
@@ -261,7 +270,7 @@ export class FleetLink {
 
   /** The connection went: unacknowledged events are sent again on the next one. */
   #lost(): void {
-    if (this.#heartbeat) clearInterval(this.#heartbeat);
+    if (this.#heartbeat) clearTimeout(this.#heartbeat);
     this.#heartbeat = null;
     this.#statusTimer?.();
     this.#statusTimer = null;
@@ -281,11 +290,11 @@ export class FleetLink {
   }
 
   /**
-   * The keepalive's one wakeup: the online topic's refresh is also the
-   * connection's ping (mqtt.js's own keepalive timer is off, see
-   * connect.ts), so the broker hears from the link once per keepalive, and
-   * a broker that left the last refresh unacknowledged for a whole
-   * keepalive is given up, as a missing PINGRESP would be.
+   * The online topic's refresh is also the connection's ping (mqtt.js's
+   * own keepalive timer is off, see connect.ts), so the broker hears from
+   * the link about once per keepalive, and a broker that left the last
+   * refresh unacknowledged until the next is given up, as a missing
+   * PINGRESP would be.
    */
   #refreshOnline(client: MqttClient): void {
     if (this.#refreshUnanswered) {
@@ -296,10 +305,32 @@ export class FleetLink {
     this.#publishOnline(client);
   }
 
+  /**
+   * The agent woke for its own work: when the refresh would be due before
+   * its next such wakeup, it is sent now, so that idle the link adds no
+   * wakeup of its own but its acknowledgement's arrival. Refreshes are
+   * then keepalive ± half the agent's period apart, within MQTT's 1.5 ×
+   * keepalive; an agent that wakes less often than the keepalive leaves
+   * the refresh to its timer.
+   */
+  agentAwake(): void {
+    const client = this.#client;
+    const tickMs = this.#agentTickMs();
+    if (!client || this.#connectedAt === null || this.#stopping || tickMs > this.policy.keepaliveMs) return;
+    if (performance.now() - this.#lastRefreshAt > this.policy.keepaliveMs - tickMs / 2) this.#refreshOnline(client);
+  }
+
   /** QoS 1 whatever fleet.qos: its acknowledgement tells the link the broker is there. */
   #publishOnline(client: MqttClient): void {
     const now = new Date().toISOString();
     const online: OnlinePayload = { online: true, since: this.#connectedAt!.toISOString(), version: EDGEPLUG_VERSION, updatedAt: now };
+    this.#lastRefreshAt = performance.now();
+    // The timer is the fallback: set past the agent's next wakeup when that comes within the keepalive.
+    const tickMs = this.#agentTickMs();
+    const keepaliveMs = this.policy.keepaliveMs;
+    if (this.#heartbeat) clearTimeout(this.#heartbeat);
+    this.#heartbeat = setTimeout(() => this.#refreshOnline(client), tickMs <= keepaliveMs ? keepaliveMs + tickMs / 2 : keepaliveMs);
+    this.#heartbeat.unref();
     this.#refreshUnanswered = true;
     this.#publish(client, "online", JSON.stringify(online), true, () => (this.#refreshUnanswered = false), 1);
   }
