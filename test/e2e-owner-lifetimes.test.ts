@@ -22,8 +22,12 @@ import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "./s
 
 const GPU = "example.com/gpu";
 
-async function nodeWithPlugin(t: Parameters<typeof deviceNode>[0]): Promise<{ node: DeviceNode; agent: AgentWatch; stderr: () => string; restart: (whileStopped: () => Promise<void>) => Promise<AgentWatch> }> {
+async function nodeWithPlugin(
+  t: Parameters<typeof deviceNode>[0],
+  options: { metrics?: boolean } = {},
+): Promise<{ node: DeviceNode; agent: AgentWatch; stderr: () => string; metricsUrl: () => Promise<string>; restart: (whileStopped: () => Promise<void>) => Promise<AgentWatch> }> {
   const node = deviceNode(t);
+  if (options.metrics) fs.writeFileSync(node.policy, fs.readFileSync(node.policy, "utf8").replace("  metrics: null\n", "  metrics: 127.0.0.1:0\n"));
   let process = await startAgent(node);
   const plugin = await startFakeDevicePlugin({ socketPath: path.join(node.pluginsDir, "gpu.sock"), devices: healthyDevices(4) });
   node.after(() => plugin.stop());
@@ -36,6 +40,7 @@ async function nodeWithPlugin(t: Parameters<typeof deviceNode>[0]): Promise<{ no
     node,
     agent,
     stderr: () => logs + process.stderr(),
+    metricsUrl: async () => String((await process.waitForLog("edgeplug running")).metrics),
     restart: async (whileStopped) => {
       logs += process.stderr();
       process.child.kill("SIGKILL");
@@ -149,7 +154,7 @@ test("dist/edgeplug: a PID held by another process than the caller's holds no de
 });
 
 test("dist/edgeplug: a lease that lapses frees its devices; one renewed in time keeps them", async (t) => {
-  const { node, agent, stderr } = await nodeWithPlugin(t);
+  const { node, agent, stderr, metricsUrl } = await nodeWithPlugin(t, { metrics: true });
   const lapsing = await allocate(node, "lapsing", "--lease", "1s");
   assert.equal(lapsing.code, 0, lapsing.stderr);
   const renewed = await allocate(node, "renewed", "--container", "c", "--lease", "1s");
@@ -173,4 +178,7 @@ test("dist/edgeplug: a lease that lapses frees its devices; one renewed in time 
   await agent.until("renewed released", () => releasedBy(agent, "renewed") !== undefined);
   assert.equal(releasedBy(agent, "renewed"), "lease_lapsed");
   assert.equal(stderr().split("\n").filter((l) => l.includes('"devices released automatically"') && l.includes('"lease_lapsed"')).length, 2);
+  const metrics = await (await fetch(`${await metricsUrl()}/metrics`)).text();
+  assert.match(metrics, /^edgeplug_automatic_releases_total\{cause="lease_lapsed"\} 2$/m);
+  assert.match(metrics, /^edgeplug_automatic_releases_total\{cause="process_exited"\} 0$/m);
 });
