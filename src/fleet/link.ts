@@ -84,7 +84,7 @@ export class FleetLink {
   #client: MqttClient | null = null;
   #connectedAt: Date | null = null;
   #retryTimer: NodeJS.Timeout | null = null;
-  /** The online refresh's own timer, for when the agent's wakeups do not come in time. */
+  /** The online refresh's own timer, for when the agent's resync is longer than the keepalive. */
   #heartbeat: NodeJS.Timeout | null = null;
   /** The last online refresh is not acknowledged yet. */
   #refreshUnanswered = false;
@@ -310,14 +310,29 @@ export class FleetLink {
    * its next such wakeup, it is sent now, so that idle the link adds no
    * wakeup of its own but its acknowledgement's arrival. Refreshes are
    * then keepalive ± half the agent's period apart, within MQTT's 1.5 ×
-   * keepalive; an agent that wakes less often than the keepalive leaves
-   * the refresh to its timer.
+   * keepalive. An agent that wakes less often than the keepalive leaves the
+   * refresh to a timer of its own.
    */
   agentAwake(): void {
     const client = this.#client;
+    if (!client || this.#connectedAt === null || this.#stopping) return;
     const tickMs = this.#agentTickMs();
-    if (!client || this.#connectedAt === null || this.#stopping || tickMs > this.policy.keepaliveMs) return;
-    if (performance.now() - this.#lastRefreshAt > this.policy.keepaliveMs - tickMs / 2) this.#refreshOnline(client);
+    const keepaliveMs = this.policy.keepaliveMs;
+    const elapsed = performance.now() - this.#lastRefreshAt;
+    if (tickMs > keepaliveMs) {
+      // The resync became longer than the keepalive (a reload): the refresh needs its timer again.
+      if (this.#heartbeat === null) this.#armRefreshTimer(client, Math.max(0, keepaliveMs - elapsed));
+      return;
+    }
+    if (elapsed > keepaliveMs - tickMs / 2) this.#refreshOnline(client);
+  }
+
+  #armRefreshTimer(client: MqttClient, ms: number): void {
+    this.#heartbeat = setTimeout(() => {
+      this.#heartbeat = null;
+      this.#refreshOnline(client);
+    }, ms);
+    this.#heartbeat.unref();
   }
 
   /** QoS 1 whatever fleet.qos: its acknowledgement tells the link the broker is there. */
@@ -325,12 +340,11 @@ export class FleetLink {
     const now = new Date().toISOString();
     const online: OnlinePayload = { online: true, since: this.#connectedAt!.toISOString(), version: EDGEPLUG_VERSION, updatedAt: now };
     this.#lastRefreshAt = performance.now();
-    // The timer is the fallback: set past the agent's next wakeup when that comes within the keepalive.
-    const tickMs = this.#agentTickMs();
-    const keepaliveMs = this.policy.keepaliveMs;
     if (this.#heartbeat) clearTimeout(this.#heartbeat);
-    this.#heartbeat = setTimeout(() => this.#refreshOnline(client), tickMs <= keepaliveMs ? keepaliveMs + tickMs / 2 : keepaliveMs);
-    this.#heartbeat.unref();
+    this.#heartbeat = null;
+    // No timer while the agent's resync comes within the keepalive: a timer pushed back at each refresh would wake the
+    // agent at the deadline it was first set for all the same (Node's timers fire there and find it moved).
+    if (this.#agentTickMs() > this.policy.keepaliveMs) this.#armRefreshTimer(client, this.policy.keepaliveMs);
     this.#refreshUnanswered = true;
     this.#publish(client, "online", JSON.stringify(online), true, () => (this.#refreshUnanswered = false), 1);
   }
