@@ -100,7 +100,7 @@ test("the whole socket is limited too, so a connection per request gains no fres
   assert.equal(statuses.filter((status) => status === 429).length, 10);
 });
 
-test("dist/edgeplug: a plugin registers promptly while the API is flooded past its rate limit", async (t) => {
+test("dist/edgeplug: a plugin registers on its first attempt while the API is flooded past its rate limit", async (t) => {
   const { policy, agent } = await startDaemon(t);
   // Four gRPC connections each sending batches of 50 concurrent calls (past any burst however loaded the
   // machine is), and four connection-per-request HTTP/1.1 loops.
@@ -140,18 +140,16 @@ test("dist/edgeplug: a plugin registers promptly while the API is flooded past i
   const answeredBefore = answered.ok + answered.limited;
   const plugin = await spawnRegistrationPlugin(path.join(policy.registry, "under-flood.sock"), info);
   t.after(() => plugin.stop());
-  const boundAt = fs.statSync(plugin.socketPath).birthtimeMs;
+  // Starved, it would not register until the flood ends, which is only once it has: the wait's bound
+  // (10 s) fails it. How long registration takes under a flood is bench/api.ts's figure
+  // (registrationDuringFlood, beside registrationWithoutFlood).
   const registered = await agent.waitForLog("plugin registered");
-  // From the socket's creation to the agent's log line: both read the machine's clock.
-  const registrationMs = Date.parse(String(registered.time)) - boundAt;
   const answeredDuring = answered.ok + answered.limited - answeredBefore;
   flooding = false;
   await Promise.all(loops);
   assert.equal(registered.socket, plugin.socketPath);
   assert.equal(registered.attempts, 1, "the first attempt registered it");
   assert.ok(answeredDuring > 0, "the flood went on while the plugin registered");
-  // Generous for a loaded 2-core machine: starved would mean not before the flood ends.
-  assert.ok(registrationMs < 5_000, `registration took ${Math.round(registrationMs)} ms under the flood`);
   assert.equal(answered.failed, 0, "every flood request was answered, OK or rate-limited");
 });
 
