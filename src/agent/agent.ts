@@ -37,7 +37,7 @@ import { REGISTRATION_ATTEMPTS_AT_ONCE } from "../pluginmanager/registration.ts"
 import { PluginStatusCache } from "../api/plugin-status.ts";
 import { LivenessDial } from "../liveness/dial.ts";
 import { Fleet } from "../fleet/fleet.ts";
-import { ownerLifetimesFile } from "../devicemanager/owner-lifetimes.ts";
+import { OWNER_LIFETIME_LIMITS, ownerLifetimesFile } from "../devicemanager/owner-lifetimes.ts";
 import { lazyProcessWatcher } from "../platform/process-watch.ts";
 
 /** The handler factories live in handlers/factories.ts; re-exported for callers that compose an agent. */
@@ -217,7 +217,7 @@ export class EdgeplugAgent {
     }
     this.health.markDone(GATE_INITIAL_WALK);
     this.#fleet.apply(this.#policy);
-    logDescriptorLimit(this.#log, this.#policy, REGISTRATION_ATTEMPTS_AT_ONCE);
+    logDescriptorLimit(this.#log, this.#policy, { attemptsAtOnce: REGISTRATION_ATTEMPTS_AT_ONCE, maxProcessOwners: OWNER_LIFETIME_LIMITS.maxProcessOwners });
     this.#log.info("edgeplug running", {
       version: EDGEPLUG_VERSION, commit: buildCommit(),
       node: this.#policy.nodeName,

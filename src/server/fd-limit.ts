@@ -15,7 +15,6 @@
  */
 import * as fs from "node:fs";
 import { API_SOCKET_LIMITS, METRICS_LISTENER_LIMITS, POD_RESOURCES_SOCKET_LIMITS, REGISTRATION_SOCKET_LIMITS } from "./limits.ts";
-import { OWNER_LIFETIME_LIMITS } from "../devicemanager/owner-lifetimes.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
 
@@ -57,8 +56,11 @@ export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugi
 }
 
 /** Logs the limit the runtime set at start, warning when even the hard limit is below what `policy` may use. */
-/** `attemptsAtOnce`: the plugin manager's REGISTRATION_ATTEMPTS_AT_ONCE. */
-export function logDescriptorLimit(log: Logger, policy: Policy, attemptsAtOnce: number, limit = readDescriptorLimit()): void {
+/**
+ * The layers above hand in their own bounds: `attemptsAtOnce`, the plugin manager's REGISTRATION_ATTEMPTS_AT_ONCE;
+ * `maxProcessOwners`, the device manager's OWNER_LIFETIME_LIMITS.maxProcessOwners.
+ */
+export function logDescriptorLimit(log: Logger, policy: Policy, bounds: { attemptsAtOnce: number; maxProcessOwners: number }, limit = readDescriptorLimit()): void {
   if (!limit) return;
   const needed = descriptorsNeeded({
     listenerConnections:
@@ -67,8 +69,8 @@ export function logDescriptorLimit(log: Logger, policy: Policy, attemptsAtOnce: 
       (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections) +
       (policy.podResources.socket === null ? 0 : POD_RESOURCES_SOCKET_LIMITS.maxConnections),
     maxPlugins: policy.security.maxPlugins,
-    attemptsAtOnce,
-    processOwners: policy.handlers.has("DevicePlugin") ? OWNER_LIFETIME_LIMITS.maxProcessOwners : 0,
+    attemptsAtOnce: bounds.attemptsAtOnce,
+    processOwners: policy.handlers.has("DevicePlugin") ? bounds.maxProcessOwners : 0,
   });
   const fields = { soft: limit.soft, hard: limit.hard, needed };
   if (limit.soft < needed) log.warn("descriptor limit (RLIMIT_NOFILE) is below what the configured limits may use; raise LimitNOFILE", fields);
