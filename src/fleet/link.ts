@@ -70,6 +70,10 @@ export class FleetLink {
   #heldSince: number | null = null;
   /** Ends a hold that lasted {@link REGISTRATION_HOLD_MAX_MS}. */
   #holdTimer: (() => void) | null = null;
+  /** The event consumer waits on this while held. */
+  #heldEvents: { promise: Promise<void>; resolve: () => void } | null = null;
+  /** A connection attempt came due while held. */
+  #attemptHeld = false;
   readonly #topics: Record<FleetTopicKind, string>;
   readonly #abort = new AbortController();
 
@@ -142,6 +146,8 @@ export class FleetLink {
     this.#stopping = true;
     this.#abort.abort();
     this.#clearTimers();
+    this.#heldEvents?.resolve();
+    this.#heldEvents = null;
     const client = this.#client;
     this.#client = null;
     if (!client) return;
@@ -154,9 +160,32 @@ export class FleetLink {
     this.#holdTimer?.();
     this.#holdTimer = null;
     this.#heldSince = null;
+    this.#releaseHeld();
+  }
+
+  /** Lets go what a hold kept: the event consumer, a connection attempt, the status and queued events. */
+  #releaseHeld(): void {
+    const waiting = this.#heldEvents;
+    this.#heldEvents = null;
+    waiting?.resolve();
     if (this.#stopping) return;
+    if (this.#attemptHeld) {
+      this.#attemptHeld = false;
+      void this.#attempt();
+    }
     if (this.#statusDirty) this.#scheduleStatus();
     this.#pump();
+  }
+
+  /** While held, what the event consumer waits on before it serializes the next event (they wait, bounded, in the agent's event stream). */
+  #eventsHeld(): Promise<void> | null {
+    if (!this.#held()) return null;
+    if (this.#heldEvents === null) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((settle) => (resolve = settle));
+      this.#heldEvents = { promise, resolve };
+    }
+    return this.#heldEvents.promise;
   }
 
   /**
@@ -180,8 +209,7 @@ export class FleetLink {
     }
     this.#holdTimer ??= later(left, () => {
       this.#holdTimer = null;
-      this.#scheduleStatus();
-      this.#pump();
+      this.#releaseHeld();
     });
     return true;
   }
@@ -209,6 +237,11 @@ export class FleetLink {
   async #attempt(): Promise<void> {
     this.#retryTimer = null;
     if (this.#stopping) return;
+    // A broker that is down costs an attempt a while: not during a registration.
+    if (this.#held()) {
+      this.#attemptHeld = true;
+      return;
+    }
     const url = this.broker;
     let options: IClientOptions;
     try {
@@ -385,6 +418,9 @@ export class FleetLink {
     while (!this.#stopping) {
       try {
         for await (const event of events.subscribe(this.#abort.signal)) {
+          const held = this.#eventsHeld();
+          if (held !== null) await held;
+          if (this.#stopping) return;
           if (failing) this.#log.info("fleet link follows the agent's events again");
           failing = false;
           this.#statusDirty = true;
