@@ -105,7 +105,14 @@ export async function run(): Promise<object> {
           if (trial >= 5) statusSeen.push(seen.at - (performance.timeOrigin + registeredAt));
         }
         if (trial >= 5) registration[mode].push(registered);
+        const seenBeforeStop = watcher.messages.length;
         await plugin.stop();
+        // The fleet agent's publishes after the plugin left must not fall on the next agent's registration.
+        if (mode === "on") {
+          await watcher.waitFor("the status without the plugin", (messages) =>
+            messages.slice(seenBeforeStop).some((m) => !JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name)),
+          );
+        }
       }
     }
     const p50 = (mode: Mode) => percentile(registration[mode], 0.5);
