@@ -7,6 +7,7 @@
  */
 import { ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log/logger.ts";
+import type { Clock } from "../platform/clock.ts";
 import { peerMessageOf } from "../log/error-message.ts";
 import { failedToDial, grpcStatusText } from "../rpc/rpc-error.ts";
 import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
@@ -27,6 +28,8 @@ export interface PluginConnectionsOptions {
    * socket (by two paths) may have been dialled at once.
    */
   refusal?: (endpoint: DevicePluginEndpoint) => string | null;
+  /** The endpoints' timers (default: the system's). */
+  clock?: Clock;
 }
 
 export class PluginConnections {
@@ -46,7 +49,7 @@ export class PluginConnections {
   /** Dials the plugin, reads its options and opens ListAndWatch; a plugin connected on the same socket is replaced. */
   async connect(resource: string, socket: string, options: ConnectOptions, stopped: () => boolean): Promise<void> {
     const { dialTimeoutMs, maxDevicesPerResource } = this.#options.settings();
-    const endpoint = new DevicePluginEndpoint({ resource, socket, pinned: options.pinned, dialTimeoutMs, maxDevices: maxDevicesPerResource });
+    const endpoint = new DevicePluginEndpoint({ resource, socket, pinned: options.pinned, dialTimeoutMs, maxDevices: maxDevicesPerResource, clock: this.#options.clock });
     try {
       await endpoint.connect(options.signal);
     } catch (error) {

@@ -8,21 +8,25 @@
  * number of events, and other resources' events are not held back by it.
  */
 import type { Logger } from "../log/logger.ts";
+import type { Clock } from "../platform/clock.ts";
 import type { DeviceChange } from "./types.ts";
 
 export const RESOURCE_EVENT_INTERVAL_MS = 50;
 
 export class DeviceEvents {
   readonly #log: Logger;
+  readonly #clock: Clock;
   readonly #listeners = new Set<(change: DeviceChange) => void>();
   /** Resources with an event to send, and whether the latest change removed them. */
   readonly #pending = new Map<string, boolean>();
   readonly #lastSent = new Map<string, number>();
-  #scheduled: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | null = null;
+  /** Cancels the pending flush (an immediate, or a timer on the clock). */
+  #scheduled: (() => void) | null = null;
   #stopped = false;
 
-  constructor(log: Logger) {
+  constructor(log: Logger, clock: Clock) {
     this.#log = log;
+    this.#clock = clock;
   }
 
   subscribe(listener: (change: DeviceChange) => void): () => void {
@@ -36,7 +40,7 @@ export class DeviceEvents {
       // Whatever list change was pending is part of this event.
       this.#pending.delete(resource);
       if (removed) this.#lastSent.delete(resource);
-      else this.#lastSent.set(resource, performance.now());
+      else this.#lastSent.set(resource, this.#clock.now());
       this.#send({ kind: "resource", resource, removed });
       return;
     }
@@ -61,15 +65,21 @@ export class DeviceEvents {
       this.#scheduled = null;
       this.#flush();
     };
-    this.#scheduled = delayMs <= 0 ? setImmediate(flush) : setTimeout(flush, delayMs);
+    if (delayMs > 0) {
+      this.#scheduled = this.#clock.setTimer(flush, delayMs);
+    } else {
+      const immediate = setImmediate(flush);
+      this.#scheduled = () => clearImmediate(immediate);
+    }
   }
 
   #flush(): void {
-    const now = performance.now();
+    const now = this.#clock.now();
     let nextDue = Infinity;
     for (const [resource, removed] of [...this.#pending]) {
       const due = (this.#lastSent.get(resource) ?? -Infinity) + RESOURCE_EVENT_INTERVAL_MS;
-      if (due > now) {
+      // A due time more than one interval away means the clock stepped back: the event goes now.
+      if (due > now && due - now <= RESOURCE_EVENT_INTERVAL_MS) {
         nextDue = Math.min(nextDue, due);
         continue;
       }
@@ -92,9 +102,7 @@ export class DeviceEvents {
   }
 
   #cancel(): void {
-    if (this.#scheduled === null) return;
-    clearTimeout(this.#scheduled as ReturnType<typeof setTimeout>);
-    clearImmediate(this.#scheduled as ReturnType<typeof setImmediate>);
+    this.#scheduled?.();
     this.#scheduled = null;
   }
 }

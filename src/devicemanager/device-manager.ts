@@ -52,10 +52,12 @@ export class DeviceManager {
 
   constructor(options: DeviceManagerOptions) {
     this.#log = options.log.with({ component: "devicemanager" });
-    this.#events = new DeviceEvents(this.#log);
+    const clock = options.clock ?? systemClock;
+    // Watchers hear of device lists at a pace kept in real time: an injected clock drives grace periods and
+    // deadlines, and a manual one in tests would hold every list event until advanced.
+    this.#events = new DeviceEvents(this.#log, systemClock);
     this.#settings = settingsWithDefaults(options, defaultEndpointRules());
     this.#liveElsewhere = options.liveElsewhere;
-    const clock = options.clock ?? systemClock;
     this.#clock = clock;
     this.#resources = new ResourceTable({
       clock,
@@ -84,6 +86,7 @@ export class DeviceManager {
       settings: () => this.#settings,
       checkpointChanged: (soon) => this.#checkpoint.changed(soon),
       refusal: (endpoint) => this.liveEndpointRefusal(endpoint.resource, endpoint.identity),
+      clock,
     });
     this.#allocator = new Allocator({
       resources: this.#resources,

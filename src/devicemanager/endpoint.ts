@@ -12,7 +12,8 @@ import type { ContainerAllocateResponse, DevicePluginOptions } from "../gen/devi
 import { DevicePlugin, EmptySchema } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import { ListAndWatchResponseViewSchema } from "../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
-import { pause, systemClock } from "../platform/clock.ts";
+import { type Clock, pause, systemClock } from "../platform/clock.ts";
+import { type Backoff, BackoffCount } from "../util/backoff.ts";
 import { peerMessageOf } from "../log/error-message.ts";
 import type { PinnedSocket, SocketIdentity } from "../platform/pinned-socket.ts";
 import type { DeviceList } from "./device-list.ts";
@@ -51,6 +52,8 @@ export interface EndpointOptions {
   dialTimeoutMs: number;
   /** Largest device list accepted in one message (security.maxDevicesPerResource). */
   maxDevices: number;
+  /** Times the pauses between lists and before ListAndWatch is opened again (default: the system's). */
+  clock?: Clock;
 }
 
 /** A call to an endpoint whose stream ended or that was replaced or closed (the kubelet's errEndpointStopped). */
@@ -71,8 +74,7 @@ export const PLUGIN_CALL_TIMEOUTS = {
   preStartContainerMs: 30_000,
 } as const;
 /** Backoff before opening ListAndWatch again after an oversized message. */
-const REOPEN_INITIAL_MS = 250;
-const REOPEN_MAX_MS = 30_000;
+const REOPEN_BACKOFF: Backoff = { initialMs: 250, maxMs: 30_000 };
 /**
  * What one device of a list costs the agent in all (Connect's decoding,
  * reading, status, events, checkpoint): about 11 µs measured with the
@@ -92,6 +94,7 @@ export class DevicePluginEndpoint {
   readonly #maxDevices: number;
   readonly #abort = new AbortController();
   readonly #pinned: EndpointOptions["pinned"];
+  readonly #clock: Clock;
   #closed = false;
 
   constructor(options: EndpointOptions) {
@@ -100,6 +103,7 @@ export class DevicePluginEndpoint {
     this.identity = { realPath: options.socket, stat: options.pinned?.stat };
     this.#maxDevices = options.maxDevices;
     this.#pinned = options.pinned;
+    this.#clock = options.clock ?? systemClock;
     const dial = { connectPath: options.pinned?.dialPath, connectTimeoutMs: options.dialTimeoutMs, readMaxBytes: MAX_LIST_MESSAGE_BYTES };
     this.#channel = dialUnix(options.socket, dial);
     this.#client = createClient(DevicePlugin, this.#channel.transport);
@@ -128,7 +132,7 @@ export class DevicePluginEndpoint {
   watch(listener: EndpointListener): void {
     void (async () => {
       let reason = "ListAndWatch stream ended";
-      let reopenMs = REOPEN_INITIAL_MS;
+      const reopen = new BackoffCount(REOPEN_BACKOFF);
       let lastGood: Uint8Array | null = null;
       let lastList: DeviceList | null = null;
       const budget = new ListBudget();
@@ -149,7 +153,7 @@ export class DevicePluginEndpoint {
             if (typeof checked === "string") {
               listener.refused(this, checked);
             } else {
-              reopenMs = REOPEN_INITIAL_MS;
+              reopen.succeeded();
               lastGood = region?.slice() ?? null;
               lastList = checked;
               listener.devices(this, checked);
@@ -158,9 +162,9 @@ export class DevicePluginEndpoint {
           }
         } catch (error) {
           if (!this.#closed && error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+            const reopenMs = reopen.failed();
             listener.refused(this, `a ListAndWatch message is over ${MAX_LIST_MESSAGE_BYTES} bytes; ListAndWatch is opened again in ${reopenMs} ms`);
-            open = await pause(systemClock, reopenMs, this.#abort.signal);
-            reopenMs = Math.min(reopenMs * 2, REOPEN_MAX_MS);
+            open = await pause(this.#clock, reopenMs, this.#abort.signal);
             continue;
           }
           reason = `ListAndWatch stream failed: ${peerMessageOf(error)}`;
@@ -181,7 +185,7 @@ export class DevicePluginEndpoint {
    */
   async #pace(budget: ListBudget, startedAt: number, devices: number): Promise<boolean> {
     const pauseMs = budget.spend(Math.max(performance.now() - startedAt, devices * LIST_MS_PER_DEVICE));
-    return pauseMs <= 0 || (await pause(systemClock, pauseMs, this.#abort.signal));
+    return pauseMs <= 0 || (await pause(this.#clock, pauseMs, this.#abort.signal));
   }
 
   async getPreferredAllocation(available: string[], mustInclude: string[], size: number, caller?: AbortSignal): Promise<string[]> {

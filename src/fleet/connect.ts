@@ -7,6 +7,7 @@
 import net from "node:net";
 import type { IClientOptions, MqttClient } from "mqtt";
 import type { FleetPolicy } from "../policy/types.ts";
+import { backoffDelay } from "../util/backoff.ts";
 import { readCredentialFile, readSecretLine } from "./credentials.ts";
 import type { OnlinePayload } from "./topics.ts";
 
@@ -60,8 +61,8 @@ export async function connectClient(options: IClientOptions): Promise<MqttClient
 }
 
 /** The delay before the attempt that follows `failures` failures in a row. */
-export function backoffDelay(failures: number, random: () => number): number {
-  const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_INITIAL_MS * 2 ** Math.min(failures, 20));
+export function reconnectDelay(failures: number, random: () => number): number {
+  const ceiling = backoffDelay({ initialMs: BACKOFF_INITIAL_MS, maxMs: BACKOFF_MAX_MS }, failures + 1);
   return Math.round(ceiling * (0.5 + random() / 2));
 }
 

@@ -13,7 +13,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IClientOptions, MqttClient } from "mqtt";
-import { backoffDelay, clientOptions, closeClient, connectClient, later } from "./connect.ts";
+import { clientOptions, closeClient, connectClient, later, reconnectDelay } from "./connect.ts";
 import { FleetLinkStatusSchema, type FleetLinkStatus, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { EventStream } from "../api/event-stream.ts";
 import { statusToJson } from "../api/status.ts";
@@ -316,7 +316,7 @@ export class FleetLink {
     if (this.#stopping) return;
     this.#setState(wasConnected ? "connecting" : "error", reason);
     this.#brokerIndex = (this.#brokerIndex + 1) % this.policy.brokers.length;
-    const delay = backoffDelay(this.#failures, this.#random);
+    const delay = reconnectDelay(this.#failures, this.#random);
     this.#failures += 1;
     this.#counters.reconnects += 1;
     this.#retryTimer = setTimeout(() => void this.#attempt(), delay);

@@ -11,11 +11,9 @@
  * retries, so that a new plugin does not queue behind failing sockets.
  */
 import { type Clock, systemClock } from "../platform/clock.ts";
+import { type Backoff, backoffDelay } from "./backoff.ts";
 
-export interface Backoff {
-  initialMs: number;
-  maxMs: number;
-}
+export type { Backoff } from "./backoff.ts";
 
 /** `failed` opens (or doubles) the key's window, `aborted` leaves it, `succeeded` clears it. */
 export type OperationResult = "succeeded" | "failed" | "aborted";
@@ -166,7 +164,7 @@ export class OperationExecutor {
 
   #openWindow(key: string, state: KeyState): void {
     state.failures++;
-    const delay = Math.min(this.#backoff.initialMs * 2 ** (state.failures - 1), this.#backoff.maxMs);
+    const delay = backoffDelay(this.#backoff, state.failures);
     state.cancelTimer?.();
     state.cancelTimer = this.#clock.setTimer(() => {
       state.cancelTimer = undefined;

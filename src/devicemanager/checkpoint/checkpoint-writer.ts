@@ -18,6 +18,7 @@
  */
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
+import { type Backoff, BackoffCount } from "../../util/backoff.ts";
 import { messageOf } from "../../log/error-message.ts";
 import type { CheckpointData, DeviceStateStore } from "./checkpoint.ts";
 
@@ -58,8 +59,7 @@ export const LIST_WRITE_DELAY_MS = 100;
  */
 export const LIST_WRITE_INTERVAL_MS = 10_000;
 export const LIST_WRITE_BYTES_PER_HOUR = 16 * 1024 * 1024;
-const RETRY_INITIAL_MS = 1000;
-const RETRY_MAX_MS = 60_000;
+const RETRY_BACKOFF: Backoff = { initialMs: 1000, maxMs: 60_000 };
 
 /** Why a change is not on disk, or null once a write holding it is. */
 export type WriteOutcome = string | null;
@@ -76,7 +76,7 @@ export class CheckpointWriter {
   #stopped = false;
   #dirty = false;
   #running: Promise<void> | null = null;
-  #retryMs = RETRY_INITIAL_MS;
+  readonly #retries = new BackoffCount(RETRY_BACKOFF);
   /** A write waiting for its moment: a retry after a failure, or device lists settling. */
   #cancelTimer: (() => void) | null = null;
   /** Whether a change since the last write must not wait for lists to settle. */
@@ -153,8 +153,8 @@ export class CheckpointWriter {
    */
   async flush(timeoutMs: number): Promise<boolean> {
     if (!this.#enabled) return !this.#dirty;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+    let cancelDeadline = () => {};
+    const deadline = new Promise<false>((resolve) => (cancelDeadline = this.#options.clock.setTimer(() => resolve(false), timeoutMs)));
     try {
       for (let attempt = 0; attempt < 2; attempt++) {
         if (this.#running === null) {
@@ -165,7 +165,7 @@ export class CheckpointWriter {
       }
       return !this.#dirty && this.stats.lastError === null;
     } finally {
-      clearTimeout(timer);
+      cancelDeadline();
     }
   }
 
@@ -223,7 +223,8 @@ export class CheckpointWriter {
   #listWriteDelay(): number {
     const bytes = this.#options.store.lastWriteBytes ?? 0;
     const interval = Math.max(LIST_WRITE_INTERVAL_MS, Math.ceil((bytes * 3_600_000) / LIST_WRITE_BYTES_PER_HOUR));
-    return Math.max(LIST_WRITE_DELAY_MS, this.#lastWriteEndedAt + interval - this.#options.clock.now());
+    // Never longer than one interval: a wall clock stepped back must not hold the writes back.
+    return Math.max(LIST_WRITE_DELAY_MS, Math.min(interval, this.#lastWriteEndedAt + interval - this.#options.clock.now()));
   }
 
   #succeeded(seconds: number): void {
@@ -233,7 +234,7 @@ export class CheckpointWriter {
     stats.lastWriteAt = new Date();
     if (stats.lastError !== null) this.#options.log.info("checkpoint written again after failed writes", { failures: stats.failures });
     stats.lastError = null;
-    this.#retryMs = RETRY_INITIAL_MS;
+    this.#retries.succeeded();
     this.#options.observe?.({ ok: true, seconds });
   }
 
@@ -241,7 +242,7 @@ export class CheckpointWriter {
     this.#lastWriteEndedAt = this.#options.clock.now();
     const { stats } = this;
     const message = messageOf(error);
-    const fields = { error: message, retryInMs: this.#retryMs };
+    const fields = { error: message, retryInMs: this.#retries.peek() };
     if (stats.lastError === null) this.#options.log.error("checkpoint write failed; retrying", fields);
     else this.#options.log.debug("checkpoint write failed again", fields);
     stats.failures++;
@@ -250,9 +251,7 @@ export class CheckpointWriter {
     // The state is still unwritten: retry later even if nothing else changes.
     this.#dirty = true;
     if (this.#stopped) return;
-    const delay = this.#retryMs;
-    this.#retryMs = Math.min(this.#retryMs * 2, RETRY_MAX_MS);
-    this.#later(delay);
+    this.#later(this.#retries.failed());
   }
 
   #later(ms: number): void {
