@@ -26,14 +26,29 @@ async function startAgent(t: Parameters<typeof killAfter>[0], policyPath: string
   return agent;
 }
 
-async function statusJson(apiSocket: string): Promise<Record<string, any>> {
+/** Status JSON (docs/status-json.md), and the retained status the link publishes, as far as these tests read them. */
+interface StatusView {
+  ok: boolean;
+  plugins?: { name: string; state: string }[];
+  fleet: { state: string; error: string; drops: number; reconnects: number; queuedEvents: number };
+}
+
+/** A published event, as far as these tests read it (a gap says how many were dropped). */
+interface EventView {
+  kind: string;
+  sequence: number;
+  dropped: number;
+  plugin: { name: string; state: string };
+}
+
+async function statusJson(apiSocket: string): Promise<StatusView> {
   const answer = await runEdgeplug(["status", "--api", apiSocket, "--output", "json", "--exit-zero"]);
   assert.equal(answer.code, 0, answer.stderr);
   return JSON.parse(answer.stdout);
 }
 
 /** The events of `messages`, parsed, in arrival order. */
-const eventsIn = (messages: Received[], topic: string) => messages.filter((m) => m.topic === topic).map((m) => JSON.parse(m.text) as Record<string, any>);
+const eventsIn = (messages: Received[], topic: string) => messages.filter((m) => m.topic === topic).map((m) => JSON.parse(m.text) as EventView);
 
 test("mosquitto: a registered plugin is in the retained status, events arrive in order, kill -9 turns online false within 1.5 x keepalive, a clean stop at once", async (t) => {
   const broker = await startMosquitto(t);
@@ -45,9 +60,9 @@ test("mosquitto: a registered plugin is in the retained status, events arrive in
 
   const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "thermo.sock"), info: sensor("acme.io/thermo") });
   await plugin.waitForNotify();
-  const registered = (status: Record<string, any> | undefined) =>
+  const registered = (status: StatusView | undefined) =>
     status?.plugins?.some((p: Record<string, unknown>) => p.name === "acme.io/thermo" && p.state === "registered") === true;
-  await watcher.waitFor("the status with the registered plugin", () => registered(watcher.latest("edgeplug/v1/node-a/status")));
+  await watcher.waitFor("the status with the registered plugin", () => registered(watcher.latest("edgeplug/v1/node-a/status") as StatusView | undefined));
   // Retained: a subscriber arriving now gets it at once, in the shape of `status --output json`.
   const late = await subscribe(t, broker.url, "edgeplug/v1/node-a/status");
   await late.waitFor("the retained status", () => late.messages.some((m) => m.retain && registered(JSON.parse(m.text))));

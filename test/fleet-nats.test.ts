@@ -28,7 +28,13 @@ async function eventually<T>(what: string, timeoutMs: number, probe: () => Promi
   }
 }
 
-async function fleetLink(apiSocket: string): Promise<Record<string, any>> {
+/** The fleet link in status JSON (docs/status-json.md), as far as these tests read it. */
+interface FleetLinkView {
+  state: string;
+  broker: string;
+}
+
+async function fleetLink(apiSocket: string): Promise<FleetLinkView> {
   const answer = await runEdgeplug(["status", "--api", apiSocket, "--output", "json", "--exit-zero"]);
   assert.equal(answer.code, 0, answer.stderr);
   return JSON.parse(answer.stdout).fleet;

@@ -96,14 +96,14 @@ export class Fleet {
     counted("edgeplug_fleet_publishes_total", "Publishes the fleet broker acknowledged (online, status and events).", () => counters.publishes);
     counted("edgeplug_fleet_dropped_events_total", "Fleet events dropped: the queue was full while the broker was away, or the broker refused them.", () => counters.drops);
     counted("edgeplug_fleet_reconnects_total", "Fleet connection attempts after a failure or a lost connection.", () => counters.reconnects);
-    const link = this;
+    const linkStatus = () => this.linkStatus();
     new Gauge({
       name: "edgeplug_fleet_connected",
       help: "1 while the fleet link is connected and the broker takes its publishes, 0 otherwise (absent while fleet: is off).",
       registers: [registry],
       collect() {
         this.reset();
-        const status = link.linkStatus();
+        const status = linkStatus();
         if (status) this.set(status.state === "connected" ? 1 : 0);
       },
     });

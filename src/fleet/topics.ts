@@ -18,6 +18,7 @@ export type FleetTopicKind = "online" | "status" | "events";
  * percent-encoded, so a name can neither add levels nor be a wildcard.
  */
 export function nodeLevel(node: string): string {
+  // deno-lint-ignore no-control-regex
   return node.replace(/[/+#%\u0000-\u001f\u007f]/g, (char) => `%${char.charCodeAt(0).toString(16).toUpperCase().padStart(2, "0")}`);
 }
 
