@@ -92,6 +92,8 @@ export class FleetLink {
   #heartbeat: NodeJS.Timeout | null = null;
   /** The last online refresh is not acknowledged yet. */
   #refreshUnanswered = false;
+  /** When the broker last sent anything (performance.now()). */
+  #lastHeardAt = 0;
   /** Topics whose last publish the broker refused, with its reason: the link is in error while any is. */
   readonly #refused = new Map<FleetTopicKind, string>();
 
@@ -268,6 +270,7 @@ export class FleetLink {
     client.on("connect", () => {
       if (this.#client === client) this.#connected(client);
     });
+    client.on("packetreceive", () => (this.#lastHeardAt = performance.now()));
     client.on("error", (error) => {
       const code = (error as { code?: unknown }).code;
       // 1 (3.1.1's answer) or 132 (MQTT 5's): this broker speaks only the older protocol.
@@ -326,11 +329,12 @@ export class FleetLink {
    * The online topic's refresh is also the connection's ping (mqtt.js's
    * own keepalive timer is off, see connect.ts), so the broker hears from
    * the link about once per keepalive, and a broker that left the last
-   * refresh unacknowledged until the next is given up, as a missing
-   * PINGRESP would be.
+   * refresh unacknowledged until the next, and sent nothing else for a
+   * keepalive, is given up, as a missing PINGRESP would be (a broker slow
+   * to acknowledge under a burst of the link's events is still there).
    */
   #refreshOnline(client: MqttClient): void {
-    if (this.#refreshUnanswered) {
+    if (this.#refreshUnanswered && performance.now() - this.#lastHeardAt > this.policy.keepaliveMs) {
       client.emit("error", new Error(`the broker did not acknowledge the online refresh within the keepalive (${this.policy.keepaliveMs / 1000} s)`));
       client.stream.destroy();
       return;
