@@ -51,7 +51,7 @@ export function seaConfig(options: { main: string; assets: Record<string, string
     // The code cache is V8 code for the CPU that makes the blob: only valid when
     // the blob is made by the target's own node binary (natively or under qemu).
     useCodeCache: options.useCodeCache,
-    // A startup snapshot fails with http2 loaded at snapshot time (README.md).
+    // A startup snapshot fails with http2 loaded at snapshot time (docs/performance.md).
     useSnapshot: false,
     execArgv: [...SEA_EXEC_ARGV, ...SEA_V8_FLAGS],
     execArgvExtension: SEA_EXEC_ARGV_EXTENSION,

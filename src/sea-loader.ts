@@ -36,7 +36,7 @@ startWithCleanEnvironment();
 const group = codeCacheFor(process.argv.slice(2));
 const bundle = bundleAsset(group);
 const cacheAsset = codeCacheAsset(group);
-// Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 took 5 to 10 ms).
+// Views of the executable's own bytes, not copies (getAsset copies, and decoding UTF-8 was a measurable part of every start: docs/performance.md, "Costs behind choices in the code").
 const cachedData = getAssetKeys().includes(cacheAsset) ? Buffer.from(getRawAsset(cacheAsset)) : undefined;
 const script = new Script(decodeBundle(new Uint8Array(getRawAsset(bundle))), { filename: bundle, cachedData });
 const state: CodeCacheState = cachedData === undefined ? "absent" : script.cachedDataRejected === true ? "rejected" : "accepted";

@@ -1,6 +1,6 @@
 /**
- * `npm run release` never ships a degraded executable quietly (README,
- * "Installing on a node"): without a way to make the arm64 executable's
+ * `npm run release` never ships a degraded executable quietly
+ * (docs/install.md): without a way to make the arm64 executable's
  * code cache (qemu) or to strip it (binutils-aarch64-linux-gnu) the release
  * fails before building anything, naming what to install and how to ask for
  * it anyway, and leaves dist/release as it was.

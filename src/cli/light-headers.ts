@@ -5,9 +5,10 @@
  *
  * Why: Connect builds every request's and response's metadata with the global
  * `Headers`. Node defines that global lazily, and its first touch loads the
- * bundled undici, which itself loads http2, tls, crypto and zlib: about 50 ms
- * of a command that should answer in 100 (README, "The single executable"),
- * and 4.7 MB of the agent's resident memory (docs/performance.md, "Memory"). None of these
+ * bundled undici, which itself loads http2, tls, crypto and zlib: half of a
+ * command that should answer in 100 ms (docs/performance.md, "Command
+ * start-up"), and megabytes of the agent's resident memory
+ * (docs/performance.md, "Memory"). None of these
  * processes calls fetch, so nothing else needs undici (probe and the agent
  * still load http2 for gRPC, but no longer undici itself).
  *

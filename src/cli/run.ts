@@ -86,8 +86,8 @@ export const runCommand: Command = {
       strict: values.strict === true,
     };
     const output = outputFlag("run", values.output);
-    // Before any Connect code runs: Node's own Headers would load undici, 4.7 MB of
-    // the agent's resident memory for a class Connect only builds metadata with.
+    // Before any Connect code runs: Node's own Headers would load undici, megabytes of
+    // the agent's resident memory for a class Connect only builds metadata with (docs/performance.md, "Memory").
     installLightHeaders();
     const policy = await loadPolicy(values.config, once ? output : "text", io);
     io.log.configure(policy.log);

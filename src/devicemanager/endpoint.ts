@@ -77,8 +77,8 @@ export const PLUGIN_CALL_TIMEOUTS = {
 const REOPEN_BACKOFF: Backoff = { initialMs: 250, maxMs: 30_000 };
 /**
  * What one device of a list costs the agent in all (Connect's decoding,
- * reading, status, events, checkpoint): about 11 µs measured with the
- * executable's V8 flags (bench devices, 100,000 devices).
+ * reading, status, events, checkpoint), rounded from what `npm run bench --
+ * devices` measured with 100,000 devices (docs/performance.md, "Costs behind choices in the code").
  */
 const LIST_MS_PER_DEVICE = 0.01;
 

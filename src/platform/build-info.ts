@@ -65,7 +65,7 @@ export function buildCommit(): string {
 function gitShortCommit(): string | undefined {
   const entry = process.argv[1];
   try {
-    // Looked up only from source: importing node:child_process (with net and dgram) cost `version` in the executable about 5 ms, as in a bare node.
+    // Looked up only from source: importing node:child_process (with net and dgram) would cost every `version` of the executable its load time (docs/performance.md, "Costs behind choices in the code").
     const { execFileSync } = process.getBuiltinModule("node:child_process") as typeof import("node:child_process");
     const out = execFileSync("git", ["rev-parse", "--short", "HEAD"], {
       cwd: entry ? path.dirname(entry) : process.cwd(),

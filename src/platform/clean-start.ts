@@ -19,7 +19,7 @@ export function startWithCleanEnvironment(): void {
   const ipcChannel = process.channel !== undefined;
   // Node's own signs of NODE_UNIQUE_ID, which it deletes: a cluster worker listens for
   // 'internalMessage' (an IPC channel alone adds one listener). Loading node:cluster to
-  // ask would cost every start 6 ms.
+  // ask would cost every start its load time (docs/performance.md, "Costs behind choices in the code").
   const clusterWorker = process.listenerCount("internalMessage") > (ipcChannel ? 1 : 0);
   const plan = planEnvironment(process.env, { ipcChannel, clusterWorker });
   if (CLEAN_RESTART_MARKER in process.env) delete process.env[CLEAN_RESTART_MARKER];
@@ -71,7 +71,7 @@ function restart(env: Record<string, string>, ignored: readonly string[]): never
  * to take ("Failed to get 'result' from coverage profile response").
  */
 function dropStartedCoverage(ignored: readonly string[]): void {
-  // Looked up only here: importing node:v8 (and the heap utilities it loads) cost every start 3 to 5 ms in a bare node.
+  // Looked up only here: importing node:v8 (and the heap utilities it loads) would cost every start its load time (docs/performance.md, "Costs behind choices in the code").
   if (ignored.includes("NODE_V8_COVERAGE")) (process.getBuiltinModule("node:v8") as typeof import("node:v8")).stopCoverage();
 }
 

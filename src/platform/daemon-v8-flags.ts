@@ -4,15 +4,15 @@
  * (`npm run bench -- registration` and `-- devices`, docs/performance.md, "Memory"):
  * `--heap-growing-percent=10` lets the heap grow by 10 % between full
  * collections instead of V8's default factor (up to 4), which keeps RSS flat
- * over plugin churn (98 MB over 90 s of churn, where the default grew past
- * 140 MB). It replaces `--optimize-for-size`, which kept it at 88 MB but
- * made a 100,000-device list take 590 ms until Status instead of 385 and
- * churn run at 60 % of the speed.
+ * over plugin churn, where the default kept growing. It replaces
+ * `--optimize-for-size`, which held the heap a little smaller but slowed the
+ * largest device lists and the churn itself by a third or more (the figures:
+ * docs/performance.md, "Memory").
  *
  * Set at run time rather than baked into the executable with the others
  * (scripts/sea-config.ts): V8 keeps a code cache only for the flags it was
  * made under, so under a flag from the start Node compiled every built-in
- * module it loads from source, 15 to 20 ms of each command's start. Set after
+ * module it loads from source, a large part of each command's start. Set after
  * the start, it costs only the modules loaded later, which are few.
  */
 import process from "node:process";

@@ -11,10 +11,10 @@ import process from "node:process";
  * Groups of commands, each with a bundle of its own (only its commands and
  * `version`, which scripts/code-cache.ts runs first) and a V8 code cache made
  * after only that group ran. Every start decodes its bundle into a fresh
- * string (a page fault per 4 KiB: 365 for the whole 1.4 MB one, 25 to 35 ms
- * per thousand on a VM whose host hands memory back) and deserializes its
- * whole cache (one cache for every command cost `version` 20 ms more CPU),
- * so a command loads what its group runs. `base`: the whole bundle, with the
+ * string (a page fault per 4 KiB, each dear on a VM whose host hands memory
+ * back) and deserializes its whole cache (one cache for every command made
+ * `version` pay for every command's code; docs/performance.md, "Command
+ * start-up"), so a command loads what its group runs. `base`: the whole bundle, with the
  * cache of the top level, the entry and `version`, for every command not
  * named here (`run` and `help` included, and any argv that starts with an
  * option).

@@ -1,7 +1,8 @@
 /**
  * What the plugin watcher holds at most, where the kubelet watches and keeps
  * whatever a recursive root holds: sub-directories watched (each an inotify
- * watch, walked at every resync: 20,000 took 0.4 s a resync) and sockets in
+ * watch, walked at every resync, which grows with them: docs/performance.md,
+ * "Costs behind choices in the code") and sockets in
  * the desired state (each a registration attempt, a status record). What is
  * past a limit is left out, warned once, and taken in by the first resync
  * that finds room.

@@ -199,8 +199,8 @@ async function readBounded(path: string): Promise<Buffer> {
 
 /**
  * node:fs's callbacks, promisified, not node:fs/promises: that module loads
- * Node's file watchers and readline with it, 2 to 3 ms of every command
- * reading a policy.
+ * Node's file watchers and readline with it into every command reading a
+ * policy (docs/performance.md, "Costs behind choices in the code").
  */
 const stat = promisify(fs.stat);
 const open = promisify(fs.open);

@@ -106,7 +106,7 @@ export async function inSlices<T>(steps: Generator<void, T>): Promise<T> {
   }
 }
 
-/** A monotonic clock without the global `performance`, whose first use loads Node's perf_hooks: about 2 ms of a command's start. */
+/** A monotonic clock without the global `performance`, whose first use loads Node's perf_hooks into every command's start (docs/performance.md, "Costs behind choices in the code"). */
 function nowMs(): number {
   return Number(process.hrtime.bigint()) / 1e6;
 }

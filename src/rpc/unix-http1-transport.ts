@@ -4,8 +4,8 @@
  * answers the Connect protocol on HTTP/1.1 beside gRPC on HTTP/2
  * (src/api/agent-socket.ts). A command that asks the agent once gains no
  * multiplexing from HTTP/2, while loading node:http2 (and connect-node, which
- * also loads https and zlib) is most of its start-up time (README, "The
- * single executable"). Calls to plugins stay on gRPC over HTTP/2
+ * also loads https and zlib) is most of its start-up time (docs/performance.md,
+ * "Command start-up"). Calls to plugins stay on gRPC over HTTP/2
  * (unix-channel.ts): plugins speak nothing else.
  *
  * Every request opens its own connection, closed when its response ends,
@@ -113,7 +113,8 @@ function send(socketPath: string, request: UniversalClientRequest, connectTimeou
       maxHeaderSize: MAX_HEADER_BYTES,
       // Only TLS reads a servername. Left unset, node:http's agent derives one from
       // the host and tests it with net.isIP, whose first use compiles the IPv6
-      // pattern: about 11 ms of a status command's start.
+      // pattern, a visible part of a status command's start
+      // (docs/performance.md, "Costs behind choices in the code").
       servername: "",
     };
     const outgoing = http.request(options);

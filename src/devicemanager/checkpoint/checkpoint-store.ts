@@ -188,13 +188,13 @@ export class CheckpointStore {
    * of the directory. Only the two calls that wait for the disk go through
    * libuv's thread pool: the O_SYNC write (its data and the file's size on
    * disk when it returns) and the directory's fsync. The others only touch
-   * directory entries and descriptors and are made in place, 5 to 30 us
-   * each, where a trip through the thread pool cost the event loop 100 to
-   * 250 us more than the call itself. The checkpoint being replaced is held
-   * open across the rename, so the rename only swaps the entry (12 us);
-   * freeing the old file's blocks, which took the rename 0.1 to 0.17 ms from
-   * 2 to 400 KB, happens when that descriptor is closed, on the thread pool
-   * after the write ({@link idle} waits for it).
+   * directory entries and descriptors and are made in place, each far
+   * cheaper than the trip through the thread pool it would cost the event
+   * loop. The checkpoint being replaced is held open across the rename, so
+   * the rename only swaps the entry; freeing the old file's blocks, which
+   * made the rename grow with the file, happens when that descriptor is
+   * closed, on the thread pool after the write ({@link idle} waits for it).
+   * The figures: docs/performance.md, "Costs behind choices in the code".
    */
   async #writeAtomically(bytes: Uint8Array): Promise<void> {
     let temp = this.#tempName();
