@@ -76,6 +76,15 @@ export const PLUGIN_CALL_TIMEOUTS = {
 /** Backoff before opening ListAndWatch again after an oversized message. */
 const REOPEN_BACKOFF: Backoff = { initialMs: 250, maxMs: 30_000 };
 /**
+ * Lists read on one ListAndWatch call before it is ended and opened again at
+ * once. Connect 2.3.0 races each read of a streaming call against the call's
+ * end (run-call.js), which keeps every message read alive until the call
+ * ends: a plugin flapping a device every 50 ms grew the agent by 3 MiB a
+ * minute. The plugin sends its full list on the new call, which matches the
+ * last one and changes nothing. At most about 1.5 MiB is held per plugin.
+ */
+export const LISTS_PER_CALL = 1_000;
+/**
  * What one device of a list costs the agent in all (Connect's decoding,
  * reading, status, events, checkpoint), rounded from what `npm run bench --
  * devices` measured with 100,000 devices (docs/performance.md, "Costs behind choices in the code").
@@ -127,7 +136,8 @@ export class DevicePluginEndpoint {
    * the transport's side (Connect refuses it from its length prefix, before
    * reading it), so it is refused like any bad message and the stream is
    * opened again after a backoff: the plugin sends its full list on every
-   * open, and the last good list stays meanwhile.
+   * open, and the last good list stays meanwhile. After {@link LISTS_PER_CALL}
+   * lists the call is ended and opened again at once, seamlessly.
    */
   watch(listener: EndpointListener): void {
     void (async () => {
@@ -138,9 +148,15 @@ export class DevicePluginEndpoint {
       const budget = new ListBudget();
       for (let open = true; open && !this.#closed; ) {
         open = false;
+        let lists = 0;
         try {
           for await (const message of this.#lists.listAndWatch({}, { signal: this.#abort.signal })) {
             if (this.#closed) return;
+            if (++lists > LISTS_PER_CALL) {
+              // Read again on the next call, which starts with the plugin's whole list.
+              open = true;
+              break;
+            }
             const startedAt = performance.now();
             // A plugin that sends the same list again (many do, on a timer) costs a comparison, not a read.
             const region = listRegion(message.devices);
