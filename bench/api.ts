@@ -22,8 +22,8 @@ import { fileURLToPath } from "node:url";
 import { API_RATE_LIMITS, API_SOCKET_LIMITS } from "../src/server/limits.ts";
 import { openDescriptors, requireBinary, shortTempDir, startEdgeplug, writePolicy } from "../test/support/agent-process.ts";
 import type { FloodMode, FloodReply, FloodRequest } from "./support/api-flood.ts";
-import { startPluginHost, type PluginHost } from "./support/plugin-host-client.ts";
-import { cpuTicks, clockTicksPerSecond, residentKiB } from "./support/proc.ts";
+import { type PluginHost, startPluginHost } from "./support/plugin-host-client.ts";
+import { clockTicksPerSecond, cpuTicks, residentKiB } from "./support/proc.ts";
 import { roundMs, summarize } from "./support/stats.ts";
 
 const FLOOD_ENTRY = fileURLToPath(new URL("./support/api-flood.ts", import.meta.url));

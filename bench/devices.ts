@@ -27,8 +27,8 @@ import * as path from "node:path";
 import { requireBinary, shortTempDir } from "../test/support/agent-process.ts";
 import type { StatusResponse } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { clockTicksPerSecond, cpuTicks, residentKiB } from "./support/proc.ts";
-import { encodedList, startRawDevicePlugin, type RawDevicePlugin } from "./support/raw-device-plugin.ts";
-import { retried, startDevicesAgent, type DevicesAgent, type EventLog } from "./support/devices-agent.ts";
+import { encodedList, type RawDevicePlugin, startRawDevicePlugin } from "./support/raw-device-plugin.ts";
+import { type DevicesAgent, type EventLog, retried, startDevicesAgent } from "./support/devices-agent.ts";
 import { measureCheckpointWrites } from "./support/devices-checkpoint.ts";
 import { measureFlood } from "./support/devices-flood.ts";
 import { roundMs, summarize } from "./support/stats.ts";
@@ -83,7 +83,10 @@ function settle(count: number): Promise<void> {
 
 /** Sends `list` and waits for the WatchEvents event that shows it: the time from the write to its arrival. */
 async function untilEvent(events: EventLog, plugin: RawDevicePlugin, list: Buffer, count: number, prefix: string): Promise<number> {
-  const event = events.next((e) => e.kind.case === "resource" && e.kind.value.resource?.name === RESOURCE && e.kind.value.resource.capacity === count && e.kind.value.resource.healthy[0]?.startsWith(prefix) === true, REFLECT_TIMEOUT_MS);
+  const event = events.next(
+    (e) => e.kind.case === "resource" && e.kind.value.resource?.name === RESOURCE && e.kind.value.resource.capacity === count && e.kind.value.resource.healthy[0]?.startsWith(prefix) === true,
+    REFLECT_TIMEOUT_MS,
+  );
   const startedAt = performance.now();
   await plugin.send(list);
   return (await event) - startedAt;
@@ -171,7 +174,7 @@ async function measureAllocations(subjects: Subject[], devices: number, allocati
   const rateLimited = perSubject(subjects, () => ({ count: 0 }));
   const ticksAtStart = perSubject(subjects, () => 0);
   for (let i = -20; i < allocations; i++) {
-    if (i === 0) for (const { label, agent } of subjects) ticksAtStart.set(label, cpuTicks(agent.pid));
+    if (i === 0) { for (const { label, agent } of subjects) ticksAtStart.set(label, cpuTicks(agent.pid)); }
     for (const { label, agent } of inTurn(subjects, i + 20)) {
       const owner = `owner-${devices}-${i + 20}`;
       const allocateMs = (await retried(() => agent.api().allocate({ owner, resources: [{ resource: RESOURCE, count: 1 }] }), rateLimited.get(label))).ms;

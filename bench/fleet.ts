@@ -21,7 +21,7 @@ import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
 import { setTimeout as sleep } from "node:timers/promises";
-import { shortTempDir, startEdgeplug, type AgentProcess } from "../test/support/agent-process.ts";
+import { type AgentProcess, shortTempDir, startEdgeplug } from "../test/support/agent-process.ts";
 import { freePort, startMosquitto, subscribe, writeFleetPolicy } from "../test/support/brokers.ts";
 import { startFakePlugin } from "../test/support/fake-plugin.ts";
 import { clockTicksPerSecond, cpuTicks, residentMemory } from "./support/proc.ts";
@@ -98,8 +98,9 @@ export async function run(): Promise<object> {
         const registeredAt = performance.now();
         const registered = registeredAt - started;
         if (mode === "on") {
-          await watcher.waitFor("the status with the new plugin", (messages) =>
-            messages.slice(seenBefore).some((m) => JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name && p.state === "registered")),
+          await watcher.waitFor(
+            "the status with the new plugin",
+            (messages) => messages.slice(seenBefore).some((m) => JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name && p.state === "registered")),
           );
           const seen = watcher.messages.slice(seenBefore).find((m) => JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name && p.state === "registered"))!;
           if (trial >= 5) statusSeen.push(seen.at - (performance.timeOrigin + registeredAt));
@@ -109,8 +110,9 @@ export async function run(): Promise<object> {
         await plugin.stop();
         // The fleet agent's publishes after the plugin left must not fall on the next agent's registration.
         if (mode === "on") {
-          await watcher.waitFor("the status without the plugin", (messages) =>
-            messages.slice(seenBeforeStop).some((m) => !JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name)),
+          await watcher.waitFor(
+            "the status without the plugin",
+            (messages) => messages.slice(seenBeforeStop).some((m) => !JSON.parse(m.text).plugins.some((p: Record<string, unknown>) => p.name === name)),
           );
         }
       }
@@ -127,7 +129,9 @@ export async function run(): Promise<object> {
       }
     }
     await sleep(3_000);
-    const before = Object.fromEntries((["off", "on", "down"] as const).map((mode) => [mode, { ticks: cpuTicks(agents[mode].agent.child.pid!), switches: voluntarySwitches(agents[mode].agent.child.pid!) }]));
+    const before = Object.fromEntries(
+      (["off", "on", "down"] as const).map((mode) => [mode, { ticks: cpuTicks(agents[mode].agent.child.pid!), switches: voluntarySwitches(agents[mode].agent.child.pid!) }]),
+    );
     await sleep(IDLE_MS);
     const ticksPerSecond = clockTicksPerSecond();
     const idle = Object.fromEntries(
@@ -155,7 +159,8 @@ export async function run(): Promise<object> {
     const event = eventsWatcher.messages.find((m) => m.topic.endsWith("/events"))?.text ?? "";
 
     return {
-      setup: `three dist/edgeplug agents at once (fleet off; on, Mosquitto on loopback; on, the broker down), keepalive ${KEEPALIVE_S}s, minInterval 0s; @grpc/grpc-js plugins in this process, in turns`,
+      setup:
+        `three dist/edgeplug agents at once (fleet off; on, Mosquitto on loopback; on, the broker down), keepalive ${KEEPALIVE_S}s, minInterval 0s; @grpc/grpc-js plugins in this process, in turns`,
       registrationP50Ms: {
         off: p50("off"),
         on: p50("on"),

@@ -12,7 +12,7 @@
  */
 import process from "node:process";
 import { LineCounter } from "yaml";
-import { inputsAtTheBounds, largeInputs, type LargeInput } from "../test/support/large-policies.ts";
+import { inputsAtTheBounds, type LargeInput, largeInputs } from "../test/support/large-policies.ts";
 import { MAX_POLICY_BYTES, parsePolicy, parsePolicyInSlices } from "../src/policy/load.ts";
 import { inSlicesSync, scanYaml } from "../src/policy/yaml-scan.ts";
 

@@ -25,8 +25,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import process from "node:process";
 import { openDescriptors, requireBinary, shortTempDir } from "../test/support/agent-process.ts";
-import { startPluginHost, type PluginHost } from "./support/plugin-host-client.ts";
-import { executablePageBlocks, residentKiB, residentMemory, clockTicksPerSecond, cpuTicks, type ResidentMemory } from "./support/proc.ts";
+import { type PluginHost, startPluginHost } from "./support/plugin-host-client.ts";
+import { clockTicksPerSecond, cpuTicks, executablePageBlocks, residentKiB, type ResidentMemory, residentMemory } from "./support/proc.ts";
 import { measureNodeFloor } from "./support/node-floor.ts";
 import { measureChurn } from "./support/registration-churn.ts";
 import { roundMs } from "./support/stats.ts";
@@ -90,8 +90,7 @@ async function measureEventDriven(dir: string, host: PluginHost) {
     if (exitCode !== 0) throw new Error(`the agent exited ${exitCode} on SIGTERM; stderr:\n${agent.process.stderr().slice(-4000)}`);
     return {
       singleSocket,
-      everyPluginRegistered:
-        singleSocket!.neverRegistered.length === 0 && burst.allRegistered && large.allRegistered,
+      everyPluginRegistered: singleSocket!.neverRegistered.length === 0 && burst.allRegistered && large.allRegistered,
       burst: burst.result,
       burstAllRegistered: burst.allRegistered,
       largeBurst: {

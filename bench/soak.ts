@@ -29,17 +29,17 @@
  *   CPU seconds  at most twice the first's + 1 s;
  *   bytes written at most twice the first's + 1 MiB.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
-import { createClient, type Client } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { processIdentity } from "../src/platform/process-watch.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { EDGEPLUG_BINARY, shortTempDir } from "../test/support/agent-process.ts";
-import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, type FakeDevicePlugin } from "../test/support/fake-device-plugin.ts";
+import { type FakeDevicePlugin, healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "../test/support/fake-device-plugin.ts";
 import { clockTicksPerSecond, cpuTicks, residentKiB } from "./support/proc.ts";
 
 const BOUNDS = { rssRatio: 1.25, rssSlackKiB: 16 * 1024, fdSlack: 16, cpuRatio: 2, cpuSlackSeconds: 1, writeRatio: 2, writeSlackBytes: 2 ** 20 };
@@ -270,7 +270,9 @@ function verdict(samples: Sample[]): number {
   const writeBound = (first.writtenBytes / scale(first)) * BOUNDS.writeRatio + BOUNDS.writeSlackBytes;
   if (last.writtenBytes / scale(last) > writeBound) failures.push(`bytes written ${Math.round(last.writtenBytes / scale(last))}/min > ${Math.round(writeBound)}/min`);
   const errors = Object.entries(last.work).filter(([key, value]) => key.endsWith("Errors") && value > 0);
-  process.stdout.write(JSON.stringify({ verdict: failures.length === 0 ? "ok" : "grew", failures, bounds: BOUNDS, comparedMinutes: [first.minute, last.minute], errorsInLastInterval: Object.fromEntries(errors) }) + "\n");
+  process.stdout.write(
+    JSON.stringify({ verdict: failures.length === 0 ? "ok" : "grew", failures, bounds: BOUNDS, comparedMinutes: [first.minute, last.minute], errorsInLastInterval: Object.fromEntries(errors) }) + "\n",
+  );
   if (samples.every((sample) => (sample.work.processOwners ?? 0) === 0 && (sample.work.leases ?? 0) === 0)) {
     process.stdout.write(JSON.stringify({ verdict: "no work", failures: ["no lease or process owner was allocated"] }) + "\n");
     return 1;

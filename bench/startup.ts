@@ -23,8 +23,8 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { startEdgeplug, writePolicy, shortTempDir } from "../test/support/agent-process.ts";
-import { startPluginHost, type PluginHost } from "./support/plugin-host-client.ts";
+import { shortTempDir, startEdgeplug, writePolicy } from "../test/support/agent-process.ts";
+import { type PluginHost, startPluginHost } from "./support/plugin-host-client.ts";
 
 const root = fileURLToPath(new URL("../", import.meta.url));
 const executable = path.join(root, "dist", "edgeplug");
@@ -174,9 +174,7 @@ export async function run(): Promise<object> {
       p50OverNodeRatio: Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, Math.round((s.p50Ms / bare.p50Ms) * 100) / 100])),
       // User + system time of each command (Linux; 10 ms resolution): what load does not inflate.
       cpuTime: cpuStats,
-      cpuP50OverNodeRatio: bareCpu
-        ? Object.fromEntries(Object.entries(cpuStats).map(([name, s]) => [name, Math.round((s.p50Ms / bareCpu.p50Ms) * 100) / 100]))
-        : {},
+      cpuP50OverNodeRatio: bareCpu ? Object.fromEntries(Object.entries(cpuStats).map(([name, s]) => [name, Math.round((s.p50Ms / bareCpu.p50Ms) * 100) / 100])) : {},
       // Median minor page faults of each command, and that over `node -e 0`'s.
       minorPageFaultsP50: Object.fromEntries(
         Object.entries(faultSamples).filter(([, list]) => list.length > 0).map(([name, list]) => [name, percentile([...list].sort((a, b) => a - b), 0.5)]),

@@ -16,7 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { elfMachine, runnerFor, TARGETS, type Runner, type Target } from "../scripts/targets.ts";
+import { elfMachine, type Runner, runnerFor, type Target, TARGETS } from "../scripts/targets.ts";
 
 const root = fileURLToPath(new URL("../", import.meta.url));
 const policy = path.join(root, "config", "default.yaml");
@@ -35,13 +35,11 @@ function subjects(): Subject[] {
   const listed = process.env.BENCH_EXECUTABLES;
   const pairs: Array<[string, string]> = listed
     ? listed.split(",").map((pair) => {
-        const [label, file] = pair.split("=");
-        if (!label || !file) throw new Error(`BENCH_EXECUTABLES: expected label=path, got ${JSON.stringify(pair)}`);
-        return [label, path.resolve(root, file)];
-      })
-    : TARGETS.map((target): [string, string] => [target.name, path.join(root, "dist", `edgeplug-${target.name}`)]).filter(([, file]) =>
-        fs.existsSync(file),
-      );
+      const [label, file] = pair.split("=");
+      if (!label || !file) throw new Error(`BENCH_EXECUTABLES: expected label=path, got ${JSON.stringify(pair)}`);
+      return [label, path.resolve(root, file)];
+    })
+    : TARGETS.map((target): [string, string] => [target.name, path.join(root, "dist", `edgeplug-${target.name}`)]).filter(([, file]) => fs.existsSync(file));
   if (pairs.length === 0) throw new Error("no dist/edgeplug-TARGET: run npm run build -- --target linux-x64 (and linux-arm64) first");
   return pairs.map(([label, file]) => {
     const machine = elfMachine(file);

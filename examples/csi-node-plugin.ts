@@ -75,8 +75,7 @@ const registrar = await serveUnix(registrationSocket, (router) =>
       console.log(status.pluginRegistered ? "registered" : `refused: ${status.error}`);
       return {};
     },
-  }),
-);
+  }));
 console.log(`CSI driver ${values.name} on ${csiSocket}, registration socket ${registrationSocket}; Ctrl-C to stop`);
 
 const stop = async () => {

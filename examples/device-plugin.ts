@@ -53,8 +53,7 @@ const nodeOf = (id: string): number | null => (numaNodes > 0 ? widgetIds.indexOf
 const options = { pre_start_required: !flags["no-pre-start"], get_preferred_allocation_available: !flags["no-preferred"] };
 
 const protoRoot = fileURLToPath(new URL("../proto/", import.meta.url));
-const load = (file: string) =>
-  grpc.loadPackageDefinition(protoLoader.loadSync(path.join(protoRoot, file), { keepCase: true, longs: String, defaults: true, includeDirs: [protoRoot] }));
+const load = (file: string) => grpc.loadPackageDefinition(protoLoader.loadSync(path.join(protoRoot, file), { keepCase: true, longs: String, defaults: true, includeDirs: [protoRoot] }));
 const v1beta1 = load("deviceplugin/v1beta1/api.proto").v1beta1 as grpc.GrpcObject;
 const registration = (load("pluginregistration/v1/api.proto").pluginregistration as grpc.GrpcObject).Registration as grpc.ServiceClientConstructor;
 const DevicePlugin = v1beta1.DevicePlugin as grpc.ServiceClientConstructor;
@@ -196,9 +195,7 @@ async function serveAndRegister(): Promise<void> {
     });
   }
   try {
-    await new Promise<void>((resolve, reject) =>
-      bound.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-    );
+    await new Promise<void>((resolve, reject) => bound.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())));
   } finally {
     busy = false;
   }

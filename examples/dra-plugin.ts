@@ -61,8 +61,7 @@ const registrar = await serveUnix(registrationSocket, (router) =>
       console.log(status.pluginRegistered ? "registered" : `refused: ${status.error}`);
       return {};
     },
-  }),
-);
+  }));
 console.log(`DRA driver ${values.name} instance ${values.instance}: service ${serviceSocket}, registration ${registrationSocket}; Ctrl-C to stop`);
 
 if (values["kill-service"] !== undefined) {

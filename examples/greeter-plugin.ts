@@ -39,8 +39,7 @@ const server = await serveUnix(socketPath, (router) =>
       console.log(status.pluginRegistered ? "registered" : `refused: ${status.error}`);
       return {};
     },
-  }),
-);
+  }));
 console.log(`listening on ${socketPath}; Ctrl-C to stop`);
 
 const stop = async () => {

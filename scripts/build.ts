@@ -32,20 +32,11 @@ import { parseArgs } from "node:util";
 import { build, type PluginBuild } from "esbuild";
 import { nodeRuntime } from "./node-runtime.ts";
 import { COMMANDS } from "../src/cli/cli.ts";
-import { bundleAsset, CODE_CACHE_NAMES, type CodeCacheName, codeCacheAsset, encodeBundle, groupBundleCommands, wrapBundle } from "../src/platform/sea-bundle.ts";
+import { bundleAsset, CODE_CACHE_NAMES, codeCacheAsset, type CodeCacheName, encodeBundle, groupBundleCommands, wrapBundle } from "../src/platform/sea-bundle.ts";
 import { SEA_V8_FLAGS, seaConfig } from "./sea-config.ts";
 import { buildPidfdModule, compilerFor, missingCompilerHint } from "./native.ts";
 import { PIDFD_MODULE_ASSET } from "../src/platform/process-watch.ts";
-import {
-  elfMachine,
-  hostTarget,
-  missingRunnerHint,
-  runnerFor,
-  runTargetBinary,
-  stripFor,
-  targetByName,
-  type Target,
-} from "./targets.ts";
+import { elfMachine, hostTarget, missingRunnerHint, runnerFor, runTargetBinary, stripFor, type Target, targetByName } from "./targets.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const dist = path.join(root, "dist");
@@ -120,14 +111,11 @@ async function main(): Promise<void> {
   const runtime = nodeRuntime(target, { log: note });
   if (!/^24\./.test(runtime.version)) throw new Error(`${runtime.packageSpec}: the executable embeds Node 24 (scripts/node-runtimes.json)`);
   const runner = runnerFor(target);
-  const blobMaker =
-    runner && codeCache
-      ? { command: [...runner.prefix, runtime.binary], useCodeCache: true, how: `${runtime.packageSpec} (${runner.description}), code cache on` }
-      : {
-          command: [nodeRuntime(hostTarget(), { log: note }).binary],
-          useCodeCache: false,
-          how: `host node v${runtime.version}, code cache off${codeCache ? `: ${missingRunnerHint(target)}` : " (--no-code-cache)"}`,
-        };
+  const blobMaker = runner && codeCache ? { command: [...runner.prefix, runtime.binary], useCodeCache: true, how: `${runtime.packageSpec} (${runner.description}), code cache on` } : {
+    command: [nodeRuntime(hostTarget(), { log: note }).binary],
+    useCodeCache: false,
+    how: `host node v${runtime.version}, code cache off${codeCache ? `: ${missingRunnerHint(target)}` : " (--no-code-cache)"}`,
+  };
   step("runtime", `${target.name}: ${runtime.packageSpec} ${path.relative(root, runtime.binary)}`, since);
 
   since = performance.now();
@@ -156,7 +144,7 @@ async function main(): Promise<void> {
           EDGEPLUG_BUILD_RUNTIME: JSON.stringify(runtime.packageSpec),
         },
         plugins: group === "base" ? [withoutSocks, mqttDependenciesFromNode] : [withoutSocks, mqttDependenciesFromNode, onlyCommands(group)],
-      }),
+      })
     ),
     build({ ...common, entryPoints: [path.join(root, "src", "sea-loader.ts")], outfile: loaderFile }),
   ]);
@@ -312,10 +300,9 @@ const mqttDependenciesFromNode = {
   setup(plugin: PluginBuild) {
     plugin.onResolve({ filter: /^(readable-stream|worker-timers)$/ }, (args) => ({ path: args.path, namespace: "mqtt-dependencies-from-node" }));
     plugin.onLoad({ filter: /.*/, namespace: "mqtt-dependencies-from-node" }, (args) => ({
-      contents:
-        args.path === "readable-stream"
-          ? 'module.exports = require("node:stream");'
-          : 'exports.setInterval = exports.clearInterval = () => { throw new Error("edgeplug: worker timers are not in the bundle"); };',
+      contents: args.path === "readable-stream"
+        ? 'module.exports = require("node:stream");'
+        : 'exports.setInterval = exports.clearInterval = () => { throw new Error("edgeplug: worker timers are not in the bundle"); };',
       loader: "js",
     }));
   },

@@ -25,15 +25,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { Script } from "node:vm";
-import {
-  builtinRequire,
-  bundleAsset,
-  CODE_CACHE_NAMES,
-  codeCacheFor,
-  decodeBundle,
-  type CodeCacheName,
-  type WrappedBundle,
-} from "../src/platform/sea-bundle.ts";
+import { builtinRequire, bundleAsset, CODE_CACHE_NAMES, codeCacheFor, type CodeCacheName, decodeBundle, type WrappedBundle } from "../src/platform/sea-bundle.ts";
 
 type Main = (argv: string[], env: { stdout: (text: string) => void; stderr: (text: string) => void }) => Promise<number>;
 

@@ -43,7 +43,12 @@ export const LAYERS: readonly Layer[] = [
   { name: "util", paths: ["src/util/"], mayImport: ["log", "platform"], why: "generic mechanisms: the keyed operation executor, the one backoff" },
   { name: "endpoints", paths: ["src/endpoints/"], mayImport: ["log", "platform", "policy"], why: "the endpoint rules every handler and the device manager share" },
   { name: "server", paths: ["src/server/"], mayImport: ["gen", "log", "platform", "policy", "rpc", "util"], why: "the listener layer below the API services and the device manager" },
-  { name: "pluginmanager", paths: ["src/pluginmanager/"], mayImport: ["gen", "log", "platform", "policy", "rpc", "util"], why: "the kubelet's pluginmanager: it knows handlers only by their interface" },
+  {
+    name: "pluginmanager",
+    paths: ["src/pluginmanager/"],
+    mayImport: ["gen", "log", "platform", "policy", "rpc", "util"],
+    why: "the kubelet's pluginmanager: it knows handlers only by their interface",
+  },
   { name: "checkpoint", paths: ["src/devicemanager/checkpoint/"], mayImport: ["gen", "log", "platform", "util"], why: "the checkpoint file, below the device manager that drives it" },
   {
     name: "devicemanager",
@@ -129,14 +134,16 @@ export function checkLayers({ modules, imports }: ImportGraph, layers: readonly 
     if (isTest(to)) violations.push(`${where}: production code may not import a test`);
     else if (!toLayer) violations.push(`${where}: ${to} is in no layer (${fromLayer.name} may import ${describe(fromLayer)})`);
     else if (toLayer !== fromLayer && !fromLayer.mayImport.includes(toLayer.name)) {
-      violations.push(`${where}: rule "${fromLayer.name} -> ${fromLayer.mayImport.join(", ") || "nothing"}" refuses ${toLayer.name} (${fromLayer.name}: ${fromLayer.why}; ${toLayer.name}: ${toLayer.why})`);
+      violations.push(
+        `${where}: rule "${fromLayer.name} -> ${fromLayer.mayImport.join(", ") || "nothing"}" refuses ${toLayer.name} (${fromLayer.name}: ${fromLayer.why}; ${toLayer.name}: ${toLayer.why})`,
+      );
     }
     const a = path.posix.dirname(from);
     const b = path.posix.dirname(to);
     if (a === b) continue;
     crossFolderImports++;
     let edges = folderEdges.get(a);
-    if (!edges) folderEdges.set(a, (edges = new Set()));
+    if (!edges) folderEdges.set(a, edges = new Set());
     edges.add(b);
   }
   const folders = new Set([...folderEdges.keys(), ...[...folderEdges.values()].flatMap((s) => [...s])]);

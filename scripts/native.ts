@@ -35,7 +35,23 @@ export function buildPidfdModule(target: Target, output: string, log: (line: str
   const compiler = compilerFor(target);
   if (compiler === null) throw new Error(`cannot build native/pidfd.c for ${target.name}: ${missingCompilerHint(target)}`);
   const include = nodeHeaders({ log });
-  const args = ["-shared", "-fPIC", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-Wl,-z,max-page-size=4096", "-Wl,-z,relro,-z,now", "-I", include, "-o", output, PIDFD_SOURCE];
+  const args = [
+    "-shared",
+    "-fPIC",
+    "-O2",
+    "-std=c11",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fvisibility=hidden",
+    "-Wl,-z,max-page-size=4096",
+    "-Wl,-z,relro,-z,now",
+    "-I",
+    include,
+    "-o",
+    output,
+    PIDFD_SOURCE,
+  ];
   const compiled = spawnSync(compiler, args, { encoding: "utf8" });
   if (compiled.status !== 0) throw new Error(`${path.basename(compiler)} failed on native/pidfd.c (status ${compiled.status}):\n${compiled.stdout}${compiled.stderr}`);
   const strip = stripFor(target);

@@ -22,7 +22,7 @@ import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
 import { readTar } from "./tar.ts";
-import { hostTarget, targetByName, TARGETS, type Target } from "./targets.ts";
+import { hostTarget, type Target, targetByName, TARGETS } from "./targets.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const pinsFile = path.join(import.meta.dirname, "node-runtimes.json");

@@ -46,8 +46,7 @@ function annotate(node: YamlNode | null | undefined, schema: Schema | undefined)
   if (!isMap(node)) return;
   for (const pair of node.items) {
     const key = String((pair.key as { value?: unknown }).value);
-    const child =
-      schema?.properties?.[key] ??
+    const child = schema?.properties?.[key] ??
       (typeof schema?.additionalProperties === "object" ? (schema.additionalProperties as Schema) : undefined);
     if (child?.description) (pair.key as YamlNode).commentBefore = ` ${child.description}`;
     annotate(pair.value as YamlNode, child);
@@ -72,4 +71,3 @@ export async function defaultPolicySource(): Promise<string> {
   ].join("\n");
   return doc.toString({ lineWidth: 0 });
 }
-

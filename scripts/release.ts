@@ -28,8 +28,8 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 import packageJson from "../package.json" with { type: "json" };
 import { nodeRuntime } from "./node-runtime.ts";
-import { writeTarGz, type TarInput } from "./tar.ts";
-import { releaseDegradations, targetByName, TARGETS, type Target } from "./targets.ts";
+import { type TarInput, writeTarGz } from "./tar.ts";
+import { releaseDegradations, type Target, targetByName, TARGETS } from "./targets.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const releaseDir = path.join(root, "dist", "release");

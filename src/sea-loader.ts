@@ -20,15 +20,7 @@ import path from "node:path";
 import process from "node:process";
 import { getAssetKeys, getRawAsset } from "node:sea";
 import { Script } from "node:vm";
-import {
-  builtinRequire,
-  bundleAsset,
-  codeCacheAsset,
-  codeCacheFor,
-  decodeBundle,
-  type CodeCacheState,
-  type WrappedBundle,
-} from "./platform/sea-bundle.ts";
+import { builtinRequire, bundleAsset, codeCacheAsset, codeCacheFor, type CodeCacheState, decodeBundle, type WrappedBundle } from "./platform/sea-bundle.ts";
 import { startWithCleanEnvironment } from "./platform/clean-start.ts";
 
 startWithCleanEnvironment();

@@ -110,8 +110,14 @@ test("the API socket answers gRPC and curl's JSON over HTTP/1.1 with the same st
   t.after(() => channel.close());
   const viaGrpc = await createClient(Agent, channel.transport).status({});
   const { stdout } = await promisify(execFile)("curl", [
-    "--silent", "--fail-with-body", "--unix-socket", policy.api.socket!,
-    "-H", "content-type: application/json", "-d", "{}",
+    "--silent",
+    "--fail-with-body",
+    "--unix-socket",
+    policy.api.socket!,
+    "-H",
+    "content-type: application/json",
+    "-d",
+    "{}",
     "http://localhost/edgeplug.v1.Agent/Status",
   ]);
   const viaCurl = JSON.parse(stdout);

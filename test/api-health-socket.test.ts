@@ -81,7 +81,7 @@ test("HTTP/2 clients get the same /healthz; a gRPC health check is answered Unim
       (response: Buffer) => response,
       Buffer.alloc(0),
       (failure) => resolve(failure),
-    ),
+    )
   );
   assert.equal(error?.code, grpc.status.UNIMPLEMENTED);
 });

@@ -25,8 +25,7 @@ import { waitUntil } from "./support/wait.ts";
 const quietLog = createLogger({ level: "error", write: () => {} });
 const HTTP2_PREFACE = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-const routes = (router: ConnectRouter) =>
-  router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "limits-node" }) });
+const routes = (router: ConnectRouter) => router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "limits-node" }) });
 
 async function serve(t: TestContext, limits: Partial<ListenerLimits> = {}) {
   const socketPath = path.join(tempDir(t), "api.sock");
@@ -74,9 +73,7 @@ test("an HTTP/2 client silent after the preface, and one idle after its call, ar
     close(): void;
   };
   t.after(() => client.close());
-  const answer = await new Promise<{ node: string }>((resolve, reject) =>
-    client.status({}, (error, response) => (error ? reject(error) : resolve(response))),
-  );
+  const answer = await new Promise<{ node: string }>((resolve, reject) => client.status({}, (error, response) => (error ? reject(error) : resolve(response))));
   assert.equal(answer.node, "limits-node");
   assert.equal(server.connections, 1);
   await waitUntil(() => server.connections === 0, "the idle gRPC connection to be closed", 5_000);
@@ -158,13 +155,9 @@ test("a gRPC message over the limit gets RESOURCE_EXHAUSTED and the connection s
     close(): void;
   };
   t.after(() => client.close());
-  const refusal = await new Promise<grpc.ServiceError | null>((resolve) =>
-    client.allocate({ owner: "x".repeat(100 * 1024) }, (error) => resolve(error)),
-  );
+  const refusal = await new Promise<grpc.ServiceError | null>((resolve) => client.allocate({ owner: "x".repeat(100 * 1024) }, (error) => resolve(error)));
   assert.equal(refusal?.code, grpc.status.RESOURCE_EXHAUSTED);
-  const answer = await new Promise<{ node: string }>((resolve, reject) =>
-    client.status({}, (error, response) => (error ? reject(error) : resolve(response))),
-  );
+  const answer = await new Promise<{ node: string }>((resolve, reject) => client.status({}, (error, response) => (error ? reject(error) : resolve(response))));
   assert.equal(answer.node, "limits-node");
 });
 

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import * as net from "node:net";
 import { createHealth } from "../src/api/health.ts";
-import { createMetrics, serveMetricsEndpoint, type PluginSample } from "../src/api/metrics.ts";
+import { createMetrics, type PluginSample, serveMetricsEndpoint } from "../src/api/metrics.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { manualClock } from "./support/manual-clock.ts";
 
@@ -44,14 +44,16 @@ test("/metrics serves Prometheus text with the plugin gauge from its provider an
   assert.equal(answer.status, 200);
   assert.equal(answer.contentType, "text/plain; version=0.0.4; charset=utf-8");
   const lines = answer.body.split("\n");
-  for (const expected of [
-    'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/gpu.sock",state="desired_state_of_world"} 1',
-    'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/gpu.sock",state="actual_state_of_world"} 1',
-    'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/csi.sock",state="desired_state_of_world"} 1',
-    'edgeplug_registrations_total{type="DevicePlugin",result="success"} 1',
-    'edgeplug_registration_failures_total{type="CSIPlugin",reason="stale"} 1',
-    'edgeplug_registration_duration_seconds_bucket{le="0.0025",type="DevicePlugin"} 1',
-  ]) {
+  for (
+    const expected of [
+      'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/gpu.sock",state="desired_state_of_world"} 1',
+      'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/gpu.sock",state="actual_state_of_world"} 1',
+      'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/csi.sock",state="desired_state_of_world"} 1',
+      'edgeplug_registrations_total{type="DevicePlugin",result="success"} 1',
+      'edgeplug_registration_failures_total{type="CSIPlugin",reason="stale"} 1',
+      'edgeplug_registration_duration_seconds_bucket{le="0.0025",type="DevicePlugin"} 1',
+    ]
+  ) {
     assert.ok(lines.includes(expected), `missing: ${expected}`);
   }
   assert.ok(!answer.body.includes('csi.sock",state="actual_state_of_world"'), "a stale socket is not in the actual state");
@@ -143,7 +145,7 @@ test("once closed, the endpoint and its metrics let the process exit at once", a
       ["--input-type=module", "-e", script],
       { cwd: new URL("..", import.meta.url), timeout: 10_000 },
       (error, stdout, stderr) => (error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout)),
-    ),
+    )
   );
   const exitMs = Number(output);
   // Node's keep-alive timeouts are seconds long: a connection left open would show here.

@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, createClient } from "@connectrpc/connect";
 import { serveApiSocket } from "../src/api/agent-socket.ts";
 import { Agent, StatusResponseSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
@@ -25,8 +25,7 @@ import { manualClock } from "./support/manual-clock.ts";
 import { waitUntil } from "./support/wait.ts";
 
 const quietLog = createLogger({ level: "error", write: () => {} });
-const routes = (router: ConnectRouter) =>
-  router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "rate-node" }) });
+const routes = (router: ConnectRouter) => router.service(Agent, { status: () => create(StatusResponseSchema, { ok: true, node: "rate-node" }) });
 
 /** An API socket whose rate limiter reads a manual clock instead of the real one. */
 async function serveWithClock(t: TestContext) {
@@ -120,8 +119,7 @@ test("dist/edgeplug: a plugin registers on its first attempt while the API is fl
           client.status({}).then(
             () => count(200),
             (error) => count(ConnectError.from(error).code === Code.ResourceExhausted ? 429 : 0),
-          ),
-        ),
+          )),
       );
     }
   };

@@ -42,9 +42,7 @@ async function leaveStaleSocket(socketPath: string): Promise<void> {
 async function startGrpcServer(t: TestContext, socketPath: string, services: [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][]) {
   const server = new grpc.Server();
   for (const [definition, implementation] of services) server.addService(definition, implementation);
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-  );
+  await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())));
   t.after(() => server.forceShutdown());
 }
 
@@ -94,10 +92,12 @@ test("the API socket is served in place of a stale one, and the replacement is l
   const server = await serveApiSocket({ socketPath, routes: () => {}, log });
   t.after(() => server.close());
   // A connection is accepted where the stale socket refused one (its inode may well be reused).
-  await new Promise<void>((resolve, reject) => net.connect(socketPath).on("connect", function (this: net.Socket) {
-    this.destroy();
-    resolve();
-  }).on("error", reject));
+  await new Promise<void>((resolve, reject) =>
+    net.connect(socketPath).on("connect", function (this: net.Socket) {
+      this.destroy();
+      resolve();
+    }).on("error", reject)
+  );
   const removed = lines.map((line) => JSON.parse(line)).find((record) => record.msg === "removed stale socket");
   assert.equal(removed?.socket, socketPath);
 });
@@ -124,10 +124,9 @@ test("a live edgeplug is never taken over: the error names the path and its node
 test("a kubelet's device-plugin registration server is named as a kubelet", async (t) => {
   const socketPath = path.join(socketDir(t), "kubelet.sock");
   // A kubelet refuses an empty RegisterRequest for its missing version; still a gRPC answer.
-  const refuseEmpty: UnaryHandler = (_call, callback) =>
-    callback({ code: grpc.status.UNKNOWN, details: "Unsupported version" } as grpc.ServiceError);
+  const refuseEmpty: UnaryHandler = (_call, callback) => callback({ code: grpc.status.UNKNOWN, details: "Unsupported version" } as grpc.ServiceError);
   await startGrpcServer(t, socketPath, [
-    [service((devicePluginV1beta1().Registration)), { Register: refuseEmpty }],
+    [service(devicePluginV1beta1().Registration), { Register: refuseEmpty }],
   ]);
   const error = await refusal(socketPath, "kubelet-registration");
   assert.ok(error instanceof SocketInUseError);

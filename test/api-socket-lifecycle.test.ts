@@ -10,7 +10,7 @@ import * as path from "node:path";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
-import { resolveGroupId, serveApiSocket, type ApiSocketServer } from "../src/api/agent-socket.ts";
+import { type ApiSocketServer, resolveGroupId, serveApiSocket } from "../src/api/agent-socket.ts";
 import { SocketInUseError } from "../src/server/socket-guard.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { postHttp1, quietLog, serve, socketDir, stubAgent } from "./support/api-socket-harness.ts";

@@ -17,7 +17,6 @@ import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { edgeplugV1 } from "./support/kubelet-protos.ts";
 import { postHttp1, serve } from "./support/api-socket-harness.ts";
 
-
 /**
  * A connection whose first `splitBytes` bytes are written one per write, a
  * millisecond apart, so the server sees the start of the stream in pieces.
@@ -71,7 +70,7 @@ test("one socket answers a grpc-js client, a Connect gRPC client and an HTTP/1.1
       {},
       { deadline: Date.now() + 5000 },
       (error: Error | null, response: { node: string; ok: boolean }) => (error ? reject(error) : resolve(response)),
-    ),
+    )
   );
   assert.equal(viaGrpcJs.node, "stub-node");
   assert.equal(viaGrpcJs.ok, true);
@@ -95,10 +94,9 @@ test("curl --unix-socket gets the Status JSON", async (t) => {
   const output = await new Promise<string>((resolve, reject) =>
     execFile(
       "curl",
-      ["-sS", "--fail", "--max-time", "5", "--unix-socket", server.socketPath,
-        "-H", "content-type: application/json", "-d", "{}", "http://localhost/edgeplug.v1.Agent/Status"],
+      ["-sS", "--fail", "--max-time", "5", "--unix-socket", server.socketPath, "-H", "content-type: application/json", "-d", "{}", "http://localhost/edgeplug.v1.Agent/Status"],
       (error, stdout, stderr) => (error ? reject(new Error(`curl failed: ${stderr}`)) : resolve(stdout)),
-    ),
+    )
   );
   assert.deepEqual(JSON.parse(output), { ok: true, node: "stub-node", plugins: [], resources: [], allocations: [], version: "", commit: "" });
 });
@@ -107,9 +105,7 @@ test("an HTTP/1.1 request is recognised even when its first bytes arrive one at 
   const server = await serve(t);
   // "P" and "PO" are also how the HTTP/2 preface starts: the server must wait, then choose HTTP/1.1.
   const counter = { writes: 0 };
-  const answer = await postHttp1(server.socketPath, "/edgeplug.v1.Agent/Status", "{}", () =>
-    dribblingConnection(server.socketPath, 30, counter),
-  );
+  const answer = await postHttp1(server.socketPath, "/edgeplug.v1.Agent/Status", "{}", () => dribblingConnection(server.socketPath, 30, counter));
   assert.ok(counter.writes > 30, `the request went out in ${counter.writes} writes`);
   assert.equal(answer.status, 200);
   assert.equal(JSON.parse(answer.body).node, "stub-node");
@@ -146,4 +142,3 @@ test("connections that close or stay silent before sending anything do not distu
   const answer = await postHttp1(server.socketPath, "/edgeplug.v1.Agent/Status", "{}");
   assert.equal(answer.status, 200);
 });
-

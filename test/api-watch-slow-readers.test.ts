@@ -15,7 +15,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { watchAgent } from "./support/agent-events.ts";
-import { deviceNode, startAgent, type DeviceNode } from "./support/device-node.ts";
+import { type DeviceNode, deviceNode, startAgent } from "./support/device-node.ts";
 import { registerDevicePlugin, startFakeDevicePlugin, type TestDevice } from "./support/fake-device-plugin.ts";
 
 const RESOURCE = "example.com/flap";

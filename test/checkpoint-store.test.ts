@@ -9,13 +9,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { createLogger, type LogFields } from "../src/log/logger.ts";
-import {
-  type CheckpointData,
-  CheckpointStore,
-  decodeCheckpoint,
-  encodeCheckpoint,
-  KUBELET_CHECKPOINT_NAME,
-} from "../src/devicemanager/checkpoint/checkpoint.ts";
+import { type CheckpointData, CheckpointStore, decodeCheckpoint, encodeCheckpoint, KUBELET_CHECKPOINT_NAME } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { readCheckpointBytes } from "../src/devicemanager/checkpoint/checkpoint-files.ts";
 import { tempDir } from "./support/temp-dir.ts";
 

@@ -66,7 +66,7 @@ test("--help on every command prints its usage on stdout and exits 0", { concurr
       assert.ok(result.stdout.includes(name), `usage of ${name} does not name it:\n${result.stdout}`);
       assert.match(result.stdout, /--log-level/, `usage of ${name} does not mention --log-level`);
       assert.equal(result.stderr, "");
-    }),
+    })
   );
   checks.push(t.test("-h is --help", async () => {
     const [short, long] = await Promise.all([edgeplug("validate", "-h"), edgeplug("validate", "--help")]);
@@ -108,7 +108,7 @@ test("an unknown flag is bad usage: exit 2, the flag on stderr", { concurrency: 
       assert.ok(result.stderr.includes(args[1]!), result.stderr);
       assert.match(result.stderr, new RegExp(`Run 'edgeplug ${args[0]} --help'`));
       assert.equal(result.stdout, "");
-    }),
+    })
   ));
 });
 
@@ -138,7 +138,7 @@ test("validate --offline prints ok for every policy in config/ (examples for oth
       const result = await edgeplug("validate", "--offline", "--config", path.join("config", file));
       assert.equal(result.code, 0, result.stderr);
       assert.equal(result.stdout, "ok\n");
-    }),
+    })
   ));
 });
 
@@ -191,7 +191,7 @@ test("--log-level with a bad or missing value is bad usage", { concurrency: true
       assert.equal(result.code, 2);
       assert.match(result.stderr, /--log-level/);
       assert.equal(result.stdout, "");
-    }),
+    })
   ));
 });
 

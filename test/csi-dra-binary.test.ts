@@ -6,7 +6,7 @@
  * leaves the driver connected, killing the other shows it disconnected.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import * as path from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";

@@ -16,7 +16,7 @@ import { DraDrivers } from "../src/handlers/dra.ts";
 import type { WatchedEndpointRules } from "../src/endpoints/endpoint-rules.ts";
 import type { PluginHandler, PluginRegistration } from "../src/pluginmanager/types.ts";
 import { startCsiDriver, startDraService } from "./support/csi-dra-peers.ts";
-import { socketsHeldUnder, startRawListener, type RawListener } from "./support/grpc-peers.ts";
+import { type RawListener, socketsHeldUnder, startRawListener } from "./support/grpc-peers.ts";
 import { quietLog } from "./support/manager-harness.ts";
 import { rejection } from "./support/rejection.ts";
 import { tempDir } from "./support/temp-dir.ts";

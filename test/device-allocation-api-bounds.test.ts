@@ -20,7 +20,7 @@ import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { hold } from "./support/device-manager-harness.ts";
-import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./support/fake-device-plugin.ts";
+import { type FakeDevicePluginOptions, healthyDevices, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
 import { connectRejection } from "./support/rejection.ts";
 import { tempDir } from "./support/temp-dir.ts";

@@ -274,7 +274,10 @@ test("one resource's large Allocate answers cannot take the checkpoint budget an
   while (refusal === undefined && granted < 600) {
     await devices.allocate(ask(`big-${granted}`, { [R1]: 1 })).then(() => granted++, (error: Error) => (refusal = error));
   }
-  assert.match(refusal?.message ?? "none", new RegExp(`^the Allocate answers of ${R1} would take \\d+ bytes of the checkpoint, leaving other resources less than their 2097152 bytes each; release some of its owners first$`));
+  assert.match(
+    refusal?.message ?? "none",
+    new RegExp(`^the Allocate answers of ${R1} would take \\d+ bytes of the checkpoint, leaving other resources less than their 2097152 bytes each; release some of its owners first$`),
+  );
   assert.ok(granted * 61 * 1024 >= 29 * 1024 * 1024, `${granted} answers: R1 took nearly all the rest of the budget`);
   // R2's 2 MiB are still there: 33 answers of 61 KiB.
   for (let i = 0; i < 33; i++) await devices.allocate(ask(`other-${i}`, { [R2]: 1 }));

@@ -209,7 +209,11 @@ test("while the checkpoint cannot be written, allocations and releases are refus
     assert.match(error.message, new RegExp(`^\\[failed_precondition\\] nothing was allocated to owner a, the allocation was undone: ${cause}`));
     return true;
   });
-  await assert.rejects(api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] }), /\[failed_precondition\] nothing was allocated to owner a: cannot write the checkpoint .*ENOTDIR/, "refused before any plugin call");
+  await assert.rejects(
+    api.allocate({ owner: "a", resources: [{ resource: R, count: 1 }] }),
+    /\[failed_precondition\] nothing was allocated to owner a: cannot write the checkpoint .*ENOTDIR/,
+    "refused before any plugin call",
+  );
   await assert.rejects(api.release({ owner: "held" }), new RegExp(`\\[failed_precondition\\] owner held was not released, its devices stay held: ${cause}`));
   assert.deepEqual(agent.devices.allocations().map((a) => a.owner), ["held"], "nothing allocated, nothing released");
   const failing = statusToJson(await api.status({})).checkpoint!;

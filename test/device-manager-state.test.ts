@@ -13,7 +13,7 @@ import { ContainerAllocateResponseSchema } from "../src/gen/deviceplugin/v1beta1
 import { CheckpointStore, decodeCheckpoint } from "../src/devicemanager/checkpoint/checkpoint.ts";
 import { DeviceManager } from "../src/devicemanager/device-manager.ts";
 import { createLogger } from "../src/log/logger.ts";
-import { manualClock, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
+import { manualClock, startFakeDevicePlugin, type TestDevice, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const R1 = "domain1.com/resource1";

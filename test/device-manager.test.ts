@@ -12,13 +12,7 @@ import { test, type TestContext } from "node:test";
 import { DeviceManager } from "../src/devicemanager/device-manager.ts";
 import { DevicePluginHandler } from "../src/handlers/device-plugin.ts";
 import { createLogger } from "../src/log/logger.ts";
-import {
-  healthyDevices,
-  startFakeDevicePlugin,
-  waitForDeviceState,
-  type FakeDevicePluginOptions,
-  type TestDevice,
-} from "./support/fake-device-plugin.ts";
+import { type FakeDevicePluginOptions, healthyDevices, startFakeDevicePlugin, type TestDevice, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { startFakePlugin } from "./support/fake-plugin.ts";
 import { manualClock } from "./support/manual-clock.ts";
 import { tempDir } from "./support/temp-dir.ts";

@@ -10,7 +10,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { createLogger } from "../src/log/logger.ts";
-import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
+import { healthyDevices, startFakeDevicePlugin, type TestDevice, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
 

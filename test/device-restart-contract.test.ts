@@ -20,7 +20,7 @@ import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { scopedTempDir } from "./support/device-node.ts";
-import { registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePlugin } from "./support/fake-device-plugin.ts";
+import { type FakeDevicePlugin, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import type { CleansUpAfter } from "./support/temp-dir.ts";
 import { testPolicy } from "./support/policy.ts";
 import { waitUntil } from "./support/wait.ts";
@@ -44,7 +44,7 @@ async function socketWatchingPlugin(scope: CleansUpAfter, socketPath: string, re
   const register = async () => {
     // kubelet.sock is bound right after the agent's cleanup: retried until it answers, as plugins do.
     await waitUntil(() => fs.existsSync(registrationSocket), `${registrationSocket} to appear`, 10_000);
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0;; attempt++) {
       try {
         await registerDevicePlugin(registrationSocket, { endpoint: path.basename(socketPath), resource_name: GPU });
         registrations++;
@@ -137,7 +137,12 @@ test("at start the agent removes the plugin sockets beside kubelet.sock, as the 
   const before = identity(pluginSocket);
   const logs: string[] = [];
   const second = await startAgent(scope, policy, logs);
-  await waitForDeviceState(second.agent.devices, "the plugin back with two gpus", () => second.agent.devices.resource(GPU)?.connected === true && second.agent.devices.resource(GPU)?.allocatable === 2, 10_000);
+  await waitForDeviceState(
+    second.agent.devices,
+    "the plugin back with two gpus",
+    () => second.agent.devices.resource(GPU)?.connected === true && second.agent.devices.resource(GPU)?.allocatable === 2,
+    10_000,
+  );
   assert.equal(plugin.registrations(), 2, "the plugin registered again");
   assert.notEqual(identity(pluginSocket), before, "the plugin serves a new socket");
   assert.deepEqual(second.agent.devices.allocations().map((entry) => [entry.owner, entry.devices]), [["job-1", held]]);

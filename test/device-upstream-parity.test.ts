@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
 import { ask, connected, newManager, R1 } from "./support/device-manager-harness.ts";
-import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
+import { healthyDevices, startFakeDevicePlugin, type TestDevice, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 test("TestGetDeviceRunContainerOptions: a released owner (the kubelet's removed pod) has nothing left, and asking again is a new allocation", async (t) => {
@@ -35,8 +35,7 @@ test("TestGetTopologyHintsWithUpdates: reads while a plugin sends update after u
       ID: `r${round}-dev${i}`,
       health: (i + round) % 3 === 0 ? "Unhealthy" : "Healthy",
       topology: { nodes: [{ ID: String(i % 2) }] },
-    })),
-  );
+    })));
   const plugin = await connected(t, devices, R1, { devices: lists[0]! });
   const sent = new Map(lists.map((list) => [list.map((d) => d.ID).join(","), list]));
   const seen: string[] = [];

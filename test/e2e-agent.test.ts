@@ -169,8 +169,16 @@ test("--reconcile-once --require fails naming the missing plugin", async (t) => 
   const policy = policyWithRegistry(t);
   await startTestPlugin(t, { socketPath: path.join(policy.registry, "p.sock"), info: sensor });
   const result = await runEdgeplug([
-    "run", "--config", policy.path, "--reconcile-once", "--timeout", "500ms",
-    "--require", sensor.name, "--require", "acme.io/missing",
+    "run",
+    "--config",
+    policy.path,
+    "--reconcile-once",
+    "--timeout",
+    "500ms",
+    "--require",
+    sensor.name,
+    "--require",
+    "acme.io/missing",
   ]);
   assert.equal(result.code, 1, result.stderr);
   assert.match(result.stdout, /unmet: required plugin acme\.io\/missing is not registered/);

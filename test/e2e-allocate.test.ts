@@ -44,7 +44,7 @@ test("bad usage exits 2 naming what was wrong, before any agent is dialled", { c
         assert.equal(result.code, 2, result.stderr);
         assert.match(result.stderr, expected);
         assert.equal(result.stdout, "");
-      }),
+      })
     ),
   );
 });

@@ -94,7 +94,7 @@ test("the executable validates every policy in config/ (--offline: they are exam
         const result = await runBinary(["validate", "--offline", "--config", path.join(configDir, file)], cwd);
         assert.equal(result.code, 0, result.stderr);
         assert.equal(result.stdout, "ok\n");
-      }),
+      })
     ),
   );
 });

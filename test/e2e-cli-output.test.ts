@@ -127,7 +127,7 @@ test("negative, zero, absurd and empty flag values are usage errors naming the f
         assert.match(result.stderr, message);
         assert.match(result.stderr, /Run 'edgeplug run --help' for usage\./);
         assert.equal(result.stdout, "");
-      }),
+      })
     ),
   );
 });

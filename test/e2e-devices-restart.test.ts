@@ -53,8 +53,9 @@ test("after the agent restarts, allocations are still there and both plugins are
   await widgets.waitForLine(/ was deleted: serving a new socket$/, { from: mark });
   // It may serve again once more when it then sees kubelet.sock appear: the resource must end on the socket it serves last.
   const lastServed = () => widgets.lines().slice(mark).findLast((line) => line.startsWith("serving "))?.slice("serving ".length);
-  await agent.until("both resources connected again, the widgets on the plugin's newest socket", (view) =>
-    view.resources.get(WIDGET)?.sockets.join() === lastServed() && view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.connected === true,
+  await agent.until(
+    "both resources connected again, the widgets on the plugin's newest socket",
+    (view) => view.resources.get(WIDGET)?.sockets.join() === lastServed() && view.resources.get(WIDGET)?.healthy.length === 4 && view.resources.get(GADGET)?.connected === true,
   );
   assert.notEqual(lastServed(), firstSocket);
   const after = await statusJson(node.apiSocket);

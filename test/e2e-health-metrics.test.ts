@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import * as fs from "node:fs";
 import { test } from "node:test";
 import { promisify } from "node:util";
-import { runEdgeplug, startEdgeplug, writePolicy, type AgentProcess } from "./support/agent-process.ts";
+import { type AgentProcess, runEdgeplug, startEdgeplug, writePolicy } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { killAfter } from "./support/child-cleanup.ts";
 import * as path from "node:path";

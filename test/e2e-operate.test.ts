@@ -89,8 +89,14 @@ test("curl reads the agent's status as JSON from the API socket", async (t) => {
   await agentView.until("the plugin registered", (view) => view.plugins.get(plugin.socketPath)?.state === "registered");
 
   const { stdout } = await promisify(execFile)("curl", [
-    "--silent", "--fail-with-body", "--unix-socket", policy.apiSocket,
-    "-H", "content-type: application/json", "-d", "{}",
+    "--silent",
+    "--fail-with-body",
+    "--unix-socket",
+    policy.apiSocket,
+    "-H",
+    "content-type: application/json",
+    "-d",
+    "{}",
     "http://localhost/edgeplug.v1.Agent/Status",
   ]);
   const status = JSON.parse(stdout);

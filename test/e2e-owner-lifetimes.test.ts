@@ -7,7 +7,7 @@
  * Each automatic release is an event with its cause and a log line.
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
@@ -16,8 +16,8 @@ import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { processIdentity } from "../src/platform/process-watch.ts";
 import { runEdgeplug } from "./support/agent-process.ts";
-import { watchAgent, type AgentWatch } from "./support/agent-events.ts";
-import { deviceNode, startAgent, statusJson, type DeviceNode } from "./support/device-node.ts";
+import { type AgentWatch, watchAgent } from "./support/agent-events.ts";
+import { type DeviceNode, deviceNode, startAgent, statusJson } from "./support/device-node.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
 
 const GPU = "example.com/gpu";

@@ -14,7 +14,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import type { ReportJson } from "../src/api/report.ts";
 import { requireBinary, runEdgeplug } from "./support/agent-process.ts";
-import { deviceNode, type DeviceNode } from "./support/device-node.ts";
+import { type DeviceNode, deviceNode } from "./support/device-node.ts";
 import { startExample } from "./support/example-process.ts";
 import { healthyDevices, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
 

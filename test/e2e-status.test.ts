@@ -65,8 +65,14 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   const cli = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json", "--exit-zero"]);
   assert.equal(cli.code, 0, cli.stderr);
   const { stdout } = await promisify(execFile)("curl", [
-    "--silent", "--fail-with-body", "--unix-socket", policy.apiSocket,
-    "-H", "content-type: application/json", "-d", "{}",
+    "--silent",
+    "--fail-with-body",
+    "--unix-socket",
+    policy.apiSocket,
+    "-H",
+    "content-type: application/json",
+    "-d",
+    "{}",
     "http://localhost/edgeplug.v1.Agent/Status",
   ]);
   const fromCli = JSON.parse(cli.stdout);
@@ -75,7 +81,18 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
   // Same members in the same order, where the API leaves a field out the CLI says null.
   const pending = fromCli.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);
   assert.deepEqual(Object.keys(pending).slice(0, 12), [
-    "socket", "type", "name", "endpoint", "versions", "state", "attempts", "registeredAt", "error", "discoveredAt", "lastAttemptAt", "reason",
+    "socket",
+    "type",
+    "name",
+    "endpoint",
+    "versions",
+    "state",
+    "attempts",
+    "registeredAt",
+    "error",
+    "discoveredAt",
+    "lastAttemptAt",
+    "reason",
   ]);
   assert.deepEqual([pending.type, pending.name, pending.endpoint, pending.registeredAt, pending.error, pending.reason], [null, null, null, null, null, null]);
   const apiPending = fromApi.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);

@@ -86,6 +86,9 @@ test("dist/edgeplug: a watched-directory device plugin whose endpoint is a hard 
   node.after(() => second.stop());
   const notification = await second.waitForNotify(undefined, 10_000);
   assert.equal(notification.registered, false, "b was registered with a hard link to a's registration socket");
-  assert.match(notification.error, /endpoint ".*\/b-endpoint\.sock" is a hard link to ".*\/registry\/a\.sock", a socket in a watched directory that is not this plugin's registration socket .*: it belongs to another plugin/);
+  assert.match(
+    notification.error,
+    /endpoint ".*\/b-endpoint\.sock" is a hard link to ".*\/registry\/a\.sock", a socket in a watched directory that is not this plugin's registration socket .*: it belongs to another plugin/,
+  );
   assert.equal(first.getInfoCalls(), 1, "a's registration socket was never dialled for b");
 });

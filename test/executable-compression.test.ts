@@ -33,10 +33,12 @@ function post(socketPath: string, encoding: string, body: Buffer, route = "Statu
 
 test("the executable's API socket answers Connect requests compressed with gzip and with brotli", async (t) => {
   const { policy } = await startDaemon(t);
-  for (const [encoding, body] of [
-    ["gzip", zlib.gzipSync("{}")],
-    ["br", zlib.brotliCompressSync("{}")],
-  ] as const) {
+  for (
+    const [encoding, body] of [
+      ["gzip", zlib.gzipSync("{}")],
+      ["br", zlib.brotliCompressSync("{}")],
+    ] as const
+  ) {
     const answer = await post(policy.apiSocket, encoding, body);
     assert.equal(answer.status, 200, `${encoding}: ${answer.body}`);
     assert.equal(JSON.parse(answer.body).node, "e2e-node", encoding);

@@ -11,10 +11,10 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
-import { runEdgeplug, startEdgeplug, type AgentProcess } from "./support/agent-process.ts";
-import { startMosquitto, subscribe, writeFleetPolicy, type Received } from "./support/brokers.ts";
+import { type AgentProcess, runEdgeplug, startEdgeplug } from "./support/agent-process.ts";
+import { type Received, startMosquitto, subscribe, writeFleetPolicy } from "./support/brokers.ts";
 import { killAfter } from "./support/child-cleanup.ts";
-import { startFakePlugin, startTestPlugin, type FakePlugin } from "./support/fake-plugin.ts";
+import { type FakePlugin, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const sensor = (name: string) => ({ type: "acme.io/Sensor", name, versions: ["v1"] });
@@ -60,8 +60,7 @@ test("mosquitto: a registered plugin is in the retained status, events arrive in
 
   const plugin = await startTestPlugin(t, { socketPath: path.join(policy.registry, "thermo.sock"), info: sensor("acme.io/thermo") });
   await plugin.waitForNotify();
-  const registered = (status: StatusView | undefined) =>
-    status?.plugins?.some((p: Record<string, unknown>) => p.name === "acme.io/thermo" && p.state === "registered") === true;
+  const registered = (status: StatusView | undefined) => status?.plugins?.some((p: Record<string, unknown>) => p.name === "acme.io/thermo" && p.state === "registered") === true;
   await watcher.waitFor("the status with the registered plugin", () => registered(watcher.latest("edgeplug/v1/node-a/status") as StatusView | undefined));
   // Retained: a subscriber arriving now gets it at once, in the shape of `status --output json`.
   const late = await subscribe(t, broker.url, "edgeplug/v1/node-a/status");
@@ -167,7 +166,11 @@ test("mosquitto stopped while 20 plugins churn: the agent reconnects by itself, 
     const status = watcherAfter.latest("edgeplug/v1/node-b/status") as { plugins?: { name: string }[] } | undefined;
     return watcherAfter.latest("edgeplug/v1/node-b/online")?.online === true && status?.plugins?.length === 1 && status.plugins[0]!.name === "acme.io/last";
   }, 65_000);
-  await watcherAfter.waitFor("every queued event", () => eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events").some((e) => e.plugin?.name === "acme.io/last" && e.plugin.state === "registered"), 30_000);
+  await watcherAfter.waitFor(
+    "every queued event",
+    () => eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events").some((e) => e.plugin?.name === "acme.io/last" && e.plugin.state === "registered"),
+    30_000,
+  );
   const delivered = eventsIn(watcherAfter.messages, "edgeplug/v1/node-b/events");
   assert.equal(delivered.some((e) => e.kind === "gap"), false, "within the bound nothing is dropped");
   const sequences = delivered.map((e) => e.sequence);

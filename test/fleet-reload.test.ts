@@ -21,9 +21,7 @@ test("SIGHUP: a new prefix moves the node's topics (the old ones say offline), r
 
   writeFleetPolicy(dir, "node-r", `  brokers: ["${broker.url}"]\n  prefix: site-b`);
   agent.child.kill("SIGHUP");
-  await watcher.waitFor("offline under site-a, online under site-b", () =>
-    watcher.latest("site-a/v1/node-r/online")?.online === false && watcher.latest("site-b/v1/node-r/online")?.online === true,
-  );
+  await watcher.waitFor("offline under site-a, online under site-b", () => watcher.latest("site-a/v1/node-r/online")?.online === false && watcher.latest("site-b/v1/node-r/online")?.online === true);
 
   writeFleetPolicy(dir, "node-r", null);
   agent.child.kill("SIGHUP");

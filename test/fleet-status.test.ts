@@ -21,7 +21,9 @@ const NODES = 1000;
 async function publishRetained(url: string, messages: Array<[string, string | Buffer]>): Promise<void> {
   const client = connect(url, { clientId: `seed-${Math.random().toString(16).slice(2, 8)}`, protocolVersion: 4, reconnectPeriod: 0 });
   await new Promise<void>((resolve, reject) => (client.once("connect", () => resolve()), client.once("error", reject)));
-  await Promise.all(messages.map(([topic, payload]) => new Promise<void>((resolve, reject) => client.publish(topic, payload, { qos: 1, retain: true }, (error) => (error ? reject(error) : resolve())))));
+  await Promise.all(
+    messages.map(([topic, payload]) => new Promise<void>((resolve, reject) => client.publish(topic, payload, { qos: 1, retain: true }, (error) => (error ? reject(error) : resolve())))),
+  );
   await new Promise<void>((resolve) => client.end(false, {}, () => resolve()));
 }
 

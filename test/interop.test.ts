@@ -21,7 +21,7 @@ import assert from "node:assert/strict";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import type { DescService, Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, createClient } from "@connectrpc/connect";
 import { Registration as PluginRegistration } from "../src/gen/pluginregistration/v1/api_pb.ts";
 import { DevicePlugin, Registration as DevicePluginRegistration } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { PodResourcesLister } from "../src/gen/podresources/v1/api_pb.ts";
@@ -31,19 +31,10 @@ import { DRAPlugin as DraV1beta1 } from "../src/gen/dra/v1beta1/api_pb.ts";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { serveUnix } from "../src/rpc/unix-server.ts";
-import {
-  csiV1,
-  draPackage,
-  devicePluginV1beta1,
-  edgeplugV1,
-  pluginRegistration,
-  podResourcesV1,
-  serviceOf,
-  toLoaderObject,
-} from "./support/kubelet-protos.ts";
-import { callUnary, grpcClient, startGrpcServer, type ServiceBinding } from "./support/grpc-peers.ts";
+import { csiV1, devicePluginV1beta1, draPackage, edgeplugV1, pluginRegistration, podResourcesV1, serviceOf, toLoaderObject } from "./support/kubelet-protos.ts";
+import { callUnary, grpcClient, type ServiceBinding, startGrpcServer } from "./support/grpc-peers.ts";
 import { tempDir } from "./support/temp-dir.ts";
-import { describeMismatch, exchangesFor, loaderMismatch, reachableMessages, recordSetFields, type Exchange } from "./support/interop-data.ts";
+import { describeMismatch, type Exchange, exchangesFor, loaderMismatch, reachableMessages, recordSetFields } from "./support/interop-data.ts";
 
 const PLUGIN_SIDE = { PluginRegistration, DevicePlugin, Identity, Node, DraV1, DraV1beta1 };
 const AGENT_SIDE = { DevicePluginRegistration, PodResourcesLister, Agent };
@@ -119,7 +110,6 @@ async function callEveryMethodWithConnect(service: DescService, socketPath: stri
   }
 }
 
-
 const pluginSidePeers: Array<[DescService, () => grpc.ServiceClientConstructor]> = [
   [PluginRegistration, () => pluginRegistration()],
   [DevicePlugin, () => serviceOf(devicePluginV1beta1(), "DevicePlugin")],
@@ -156,16 +146,15 @@ function connectRoutes(service: DescService, calls: string[]): (router: ConnectR
         throw new ConnectError(`Connect ${service.typeName}/${method.name} received an unexpected request: ${problem}`, Code.InvalidArgument);
       }
     };
-    implementation[method.localName] =
-      method.methodKind === "server_streaming"
-        ? async function* (request: Message) {
-            check(request);
-            yield* exchange.responses;
-          }
-        : (request: Message) => {
-            check(request);
-            return exchange.responses[0];
-          };
+    implementation[method.localName] = method.methodKind === "server_streaming"
+      ? async function* (request: Message) {
+        check(request);
+        yield* exchange.responses;
+      }
+      : (request: Message) => {
+        check(request);
+        return exchange.responses[0];
+      };
   }
   return (router) => router.service(service, implementation as never);
 }

@@ -12,7 +12,7 @@ import { createLogger } from "../src/log/logger.ts";
 import type { PluginHandler } from "../src/pluginmanager/types.ts";
 import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import { spawnRegistrationPlugin } from "./support/grpc-peers.ts";
-import { operationsEnded, startManager, until, type StartManagerOptions } from "./support/manager-harness.ts";
+import { operationsEnded, startManager, type StartManagerOptions, until } from "./support/manager-harness.ts";
 import { manualClock } from "./support/manual-clock.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { waitUntil } from "./support/wait.ts";

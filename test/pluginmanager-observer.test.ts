@@ -74,9 +74,14 @@ test("observer: every attempt that ended reports its socket and inode, state, Ge
   const byName = Object.fromEntries(attempts.map((attempt) => [path.basename(attempt.socket), attempt]));
   assert.deepEqual(Object.keys(byName).sort(), ["dead.sock", "good.sock"], "the aborted attempt is not reported");
   assert.deepEqual(byName["good.sock"], {
-    socket: good.socketPath, inode: inodeOf(fs.lstatSync(good.socketPath, { bigint: true })), state: "registered",
+    socket: good.socketPath,
+    inode: inodeOf(fs.lstatSync(good.socketPath, { bigint: true })),
+    state: "registered",
     info: { type: "acme.io/Sensor", name: "acme.io/good", endpoint: good.socketPath, versions: ["v1"] },
-    reason: null, error: null, endedAt: startedAt, durationMs: 0,
+    reason: null,
+    error: null,
+    endedAt: startedAt,
+    durationMs: 0,
   });
   const dead = byName["dead.sock"]!;
   assert.deepEqual([dead.state, dead.info, dead.reason, dead.endedAt, dead.durationMs], ["stale", null, "stale", startedAt + 100, 100]);

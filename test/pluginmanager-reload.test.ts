@@ -23,8 +23,7 @@ const HOUR = { initialMs: 3_600_000, maxMs: 3_600_000 };
 const stateIs = (status: PluginStatusCache, socket: string, state: string) => () => record(status, socket)?.state === state;
 const other = (name: string) => ({ type: "acme.io/Other", name, versions: ["v1"] });
 /** The states a socket went through, as subscribers saw them. */
-const statesOf = (changes: PluginChange[], socket: string) =>
-  changes.filter((c) => c.plugin.socket === socket).map((c) => (c.removed ? `${c.plugin.state} (removed)` : c.plugin.state));
+const statesOf = (changes: PluginChange[], socket: string) => changes.filter((c) => c.plugin.socket === socket).map((c) => (c.removed ? `${c.plugin.state} (removed)` : c.plugin.state));
 const notified = (fake: FakePlugin) => fake.notifications().map((n) => n.registered);
 
 test("a handler type added by a reload: a plugin refused for want of it registers at once; a plugin still accepted is not touched", async (t) => {
@@ -113,10 +112,30 @@ test("security.socketOwners tightened: a plugin whose socket uid 4242 owns is de
 });
 
 const refusals: [string, FakePluginOptions["info"], (dir: string) => Partial<TestPolicyOptions>, (dir: string) => string][] = [
-  ["its dir's types now exclude its type", sensor("acme.io/s"), (dir) => ({ watch: [{ path: dir, types: ["acme.io/Other"] }], handlers: ["acme.io/Sensor", "acme.io/Other"] }), (dir) => `plugin type acme.io/Sensor is not accepted from watch directory ${dir} (types ["acme.io/Other"])`],
-  ["its name is no longer allowed", sensor("acme.io/s"), () => ({ handlers: { "acme.io/Sensor": { allow: ["other.io/*"] } } }), () => `plugin name acme.io/s is not allowed by handler acme.io/Sensor (allow ["other.io/*"])`],
-  ["its name is now denied", sensor("acme.io/s"), () => ({ handlers: { "acme.io/Sensor": { deny: ["acme.io/*"] } } }), () => `plugin name acme.io/s is denied by handler acme.io/Sensor (deny "acme.io/*")`],
-  ["its versions are no longer accepted", sensor("acme.io/s"), () => ({ handlers: { "acme.io/Sensor": { versions: ["v2"] } } }), () => `none of the plugin's versions ["v1"] is accepted by handler acme.io/Sensor (versions ["v2"])`],
+  [
+    "its dir's types now exclude its type",
+    sensor("acme.io/s"),
+    (dir) => ({ watch: [{ path: dir, types: ["acme.io/Other"] }], handlers: ["acme.io/Sensor", "acme.io/Other"] }),
+    (dir) => `plugin type acme.io/Sensor is not accepted from watch directory ${dir} (types ["acme.io/Other"])`,
+  ],
+  [
+    "its name is no longer allowed",
+    sensor("acme.io/s"),
+    () => ({ handlers: { "acme.io/Sensor": { allow: ["other.io/*"] } } }),
+    () => `plugin name acme.io/s is not allowed by handler acme.io/Sensor (allow ["other.io/*"])`,
+  ],
+  [
+    "its name is now denied",
+    sensor("acme.io/s"),
+    () => ({ handlers: { "acme.io/Sensor": { deny: ["acme.io/*"] } } }),
+    () => `plugin name acme.io/s is denied by handler acme.io/Sensor (deny "acme.io/*")`,
+  ],
+  [
+    "its versions are no longer accepted",
+    sensor("acme.io/s"),
+    () => ({ handlers: { "acme.io/Sensor": { versions: ["v2"] } } }),
+    () => `none of the plugin's versions ["v1"] is accepted by handler acme.io/Sensor (versions ["v2"])`,
+  ],
 ];
 
 for (const [what, info, policy, reason] of refusals) {

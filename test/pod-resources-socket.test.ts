@@ -101,7 +101,10 @@ test("a removed pod-resources socket is served again; a live process on the path
   assert.deepEqual((await podResourcesClient(running.scope, socket).list()).pod_resources ?? [], []);
 
   const second = await startAgent(t, () => socket);
-  await assert.rejects(second.agent.start(), /socket .*pr\/kubelet\.sock is in use by a kubelet or another edgeplug \(it serves v1\.PodResourcesLister\); stop it or set podResources\.socket to another path \(null disables it\)/);
+  await assert.rejects(
+    second.agent.start(),
+    /socket .*pr\/kubelet\.sock is in use by a kubelet or another edgeplug \(it serves v1\.PodResourcesLister\); stop it or set podResources\.socket to another path \(null disables it\)/,
+  );
   assert.ok(fs.statSync(socket).isSocket(), "the live socket is left alone");
 
   const off = await startAgent(t, () => null);

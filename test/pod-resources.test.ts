@@ -17,7 +17,7 @@ import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
-import { registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState, type TestDevice } from "./support/fake-device-plugin.ts";
+import { registerDevicePlugin, startFakeDevicePlugin, type TestDevice, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import { deviceRows as rows, podResourcesClient, podRows as pods } from "./support/pod-resources-client.ts";
 import { testPolicy } from "./support/policy.ts";
 import { scopedTempDir } from "./support/device-node.ts";

@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { startDaemon, startEdgeplug, type AgentProcess } from "./support/agent-process.ts";
+import { type AgentProcess, startDaemon, startEdgeplug } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 /** A named pipe at `file`, made by mkfifo(1) (Node has no mkfifo). */

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as http from "node:http";
 import { test } from "node:test";
-import { startDaemon, type AgentProcess } from "./support/agent-process.ts";
+import { type AgentProcess, startDaemon } from "./support/agent-process.ts";
 
 const READ = "reloading the policy";
 const REFUSED = "policy reload refused; the running policy stays in force";

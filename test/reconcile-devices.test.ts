@@ -68,7 +68,17 @@ test("both registration paths: every plugin's first device list is in the report
     [["acme.io/fpga", 2, 2, ["w0", "w1"], true], ["nvidia.com/gpu", 1, 1, ["tegra"], true]],
   );
   assert.deepEqual(report.allocations, [
-    { owner: "bf52b2cd-b611-4e79-86b1-280b283185c3", container: "check", resource: "nvidia.com/gpu", devices: ["tegra"], allocatedAt: null, ageSeconds: null, kind: "plain", ownerPid: null, leaseExpiresAt: null },
+    {
+      owner: "bf52b2cd-b611-4e79-86b1-280b283185c3",
+      container: "check",
+      resource: "nvidia.com/gpu",
+      devices: ["tegra"],
+      allocatedAt: null,
+      ageSeconds: null,
+      kind: "plain",
+      ownerPid: null,
+      leaseExpiresAt: null,
+    },
   ]);
   assert.equal(report.checkpoint?.restore, "restored");
   assert.ok((report.checkpoint?.writes ?? 0) >= 1);

@@ -18,7 +18,7 @@ import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { RegisterRequestSchema } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
-import { registerDevicePlugin, startFakeDevicePlugin, healthyDevices } from "./support/fake-device-plugin.ts";
+import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
 import { startRawListener } from "./support/grpc-peers.ts";
 
 const CALLS = 1100;

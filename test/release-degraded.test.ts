@@ -30,7 +30,10 @@ test("a release whose arm64 executable would lack its code cache and strip fails
   assert.equal(lines[0], "release failed: the release would be degraded, so nothing was built:");
   assert.match(lines[1]!, /^ {2}linux-arm64: without V8's code cache \(slower starts\): no qemu user emulator .*apt-get install qemu-user-static/);
   assert.match(lines[2]!, /^ {2}linux-arm64: not stripped \(about 18 MiB larger\): no strip for aarch64-linux-gnu \(Debian: apt-get install binutils-aarch64-linux-gnu\)$/);
-  assert.match(lines[3]!, /^ {2}linux-arm64: without its pidfd module \(allocate --owner-pid refused\): no C compiler for aarch64-linux-gnu \(Debian: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross\)$/);
+  assert.match(
+    lines[3]!,
+    /^ {2}linux-arm64: without its pidfd module \(allocate --owner-pid refused\): no C compiler for aarch64-linux-gnu \(Debian: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross\)$/,
+  );
   assert.equal(lines[4], "install what is named, or ask for it with --allow-degraded (or EDGEPLUG_RELEASE_ALLOW_DEGRADED=1)");
   assert.deepEqual(fs.existsSync(releaseDir) ? fs.readdirSync(releaseDir).sort() : null, before, "dist/release is untouched");
 });

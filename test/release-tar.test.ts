@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { readTar, writeTarGz, type TarInput } from "../scripts/tar.ts";
+import { readTar, type TarInput, writeTarGz } from "../scripts/tar.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 const MTIME = 1_796_000_000;

@@ -159,7 +159,13 @@ test("dist/edgeplug serves every :authority a gRPC client sends on the API socke
   // HTTP/1.1 on the API socket: a Host that is no host is served; none at all is refused by node:http, as HTTP/1.1 requires one.
   for (const [host, expected] of [[encodeURIComponent(BARE_PATH), 200], [BARE_PATH, 200], ["", 200], [undefined, 400]] as const) {
     const status = await new Promise<number | undefined>((resolve, reject) => {
-      const request = http.request({ socketPath: node.apiSocket, method: "POST", path: "/edgeplug.v1.Agent/Status", setHost: false, headers: { "content-type": "application/json", ...(host === undefined ? {} : { host }) } }, (response) => {
+      const request = http.request({
+        socketPath: node.apiSocket,
+        method: "POST",
+        path: "/edgeplug.v1.Agent/Status",
+        setHost: false,
+        headers: { "content-type": "application/json", ...(host === undefined ? {} : { host }) },
+      }, (response) => {
         response.resume();
         resolve(response.statusCode);
       });

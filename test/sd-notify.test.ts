@@ -17,7 +17,7 @@ import { createHealth } from "../src/api/health.ts";
 import { createLogger } from "../src/log/logger.ts";
 import { serviceNotifier, SYSTEMD_NOTIFY_PATHS } from "../src/platform/sd-notify.ts";
 import { startEdgeplug } from "./support/agent-process.ts";
-import { startTestPlugin, sensor } from "./support/fake-plugin.ts";
+import { sensor, startTestPlugin } from "./support/fake-plugin.ts";
 import { startNotifyListener } from "./support/notify-listener.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { killAfter } from "./support/child-cleanup.ts";

@@ -20,9 +20,7 @@ test("no source, test or doc refers to a document outside the repo", () => {
     .concat(path.join(ROOT, "README.md"))
     .filter((file) => file !== fileURLToPath(import.meta.url));
   assert.ok(texts.length > 100, `found only ${texts.length} files`);
-  const found = texts.flatMap((file) =>
-    fs.readFileSync(file, "utf8").split("\n").flatMap((line, i) => (OUTSIDE_DOCUMENTS.test(line) ? [`${path.relative(ROOT, file)}:${i + 1}`] : [])),
-  );
+  const found = texts.flatMap((file) => fs.readFileSync(file, "utf8").split("\n").flatMap((line, i) => (OUTSIDE_DOCUMENTS.test(line) ? [`${path.relative(ROOT, file)}:${i + 1}`] : [])));
   assert.deepEqual(found, [], "point at docs/, proto/ or test/fixtures, or say the fact");
 });
 

@@ -19,7 +19,7 @@ const MAX_GROWTH_BYTES = 3 * 1024 * 1024;
 test("12,000 device lists read from one plugin leave the agent's heap where it was", async () => {
   const child = fileURLToPath(new URL("support/stream-memory-child.ts", import.meta.url));
   const stdout = await new Promise<string>((resolve, reject) =>
-    execFile(process.execPath, ["--expose-gc", child], { timeout: 100_000 }, (error, out, err) => (error ? reject(new Error(`${error.message}\n${err}`)) : resolve(out))),
+    execFile(process.execPath, ["--expose-gc", child], { timeout: 100_000 }, (error, out, err) => (error ? reject(new Error(`${error.message}\n${err}`)) : resolve(out)))
   );
   const result = JSON.parse(stdout) as { lists: number; measuredOver: number; grownBytes: number };
   assert.equal(result.lists, 14_000);

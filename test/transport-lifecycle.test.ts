@@ -16,19 +16,11 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Registration } from "../src/gen/pluginregistration/v1/api_pb.ts";
 import { DevicePlugin } from "../src/gen/deviceplugin/v1beta1/api_pb.ts";
-import { Agent, EventSchema, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
+import { Agent, type Event, EventSchema } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { serveUnix } from "../src/rpc/unix-server.ts";
 import { edgeplugV1, pluginRegistration, serviceOf } from "./support/kubelet-protos.ts";
-import {
-  callUnary,
-  createStaleSocket,
-  grpcClient,
-  openDescriptors,
-  spawnRegistrationPlugin,
-  startGrpcServer,
-  startRawListener,
-} from "./support/grpc-peers.ts";
+import { callUnary, createStaleSocket, grpcClient, openDescriptors, spawnRegistrationPlugin, startGrpcServer, startRawListener } from "./support/grpc-peers.ts";
 import { failureOf, getInfoFailure } from "./support/rpc-failure.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
@@ -82,7 +74,7 @@ async function roundTrip(socketPath: string): Promise<string> {
  * again, at most twice, so that the call below meets what it is meant to.
  */
 async function connectedChannel(socketPath: string): Promise<ReturnType<typeof dialUnix>> {
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = 1;; attempt++) {
     const channel = dialUnix(socketPath);
     try {
       await channel.connect();
@@ -199,8 +191,7 @@ test("serveUnix.close() ends an open WatchEvents stream at once and aborts its h
         yield create(EventSchema, { sequence: 0n, time: timestampFromMs(Date.now()) });
         await new Promise((resolve) => context.signal.addEventListener("abort", resolve));
       },
-    }),
-  );
+    }));
   t.after(() => server.close());
   const client = grpcClient<grpc.Client>(serviceOf(edgeplugV1(), "Agent"), server.socketPath);
   t.after(() => client.close());
@@ -228,8 +219,7 @@ test("serveUnix error messages reach grpc-js and Connect clients unmangled", asy
       status() {
         throw new ConnectError(message, Code.FailedPrecondition);
       },
-    }),
-  );
+    }));
   t.after(() => server.close());
   const grpcJs = grpcClient<grpc.Client>(serviceOf(edgeplugV1(), "Agent"), server.socketPath);
   t.after(() => grpcJs.close());
@@ -244,4 +234,3 @@ test("serveUnix error messages reach grpc-js and Connect clients unmangled", asy
   assert.equal(failure.kind, "status");
   assert.equal(failure.message, `[failed_precondition] ${message}`);
 });
-

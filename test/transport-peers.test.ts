@@ -92,9 +92,7 @@ test("an HTTP error status or another content type is 'not-grpc'", async (t) => 
 
 test("a status in the response headers (trailers-only) keeps its code and decoded message", async (t) => {
   const dir = tempDir(t);
-  const peer = await rawPeer(t, path.join(dir, "raw.sock"), (stream) =>
-    stream.respond({ ...GRPC_HEADERS, "grpc-status": "5", "grpc-message": "no such plugin%3A gpu-0" }, { endStream: true }),
-  );
+  const peer = await rawPeer(t, path.join(dir, "raw.sock"), (stream) => stream.respond({ ...GRPC_HEADERS, "grpc-status": "5", "grpc-message": "no such plugin%3A gpu-0" }, { endStream: true }));
   const failure = await failureOf(() => createClient(Registration, channelTo(t, peer.socketPath).transport).getInfo({}));
   assert.equal(failure.kind, "status");
   assert.equal(failure.message, "[not_found] no such plugin: gpu-0");
@@ -159,9 +157,7 @@ test("the request carries gRPC's headers and a grpc-timeout only when there is a
 test("an already aborted signal fails the call as 'canceled' without sending it", async (t) => {
   const dir = tempDir(t);
   const peer = await rawPeer(t, path.join(dir, "raw.sock"), answerWith(pluginInfo("raw")));
-  const failure = await failureOf(() =>
-    createClient(Registration, channelTo(t, peer.socketPath).transport).getInfo({}, { signal: AbortSignal.abort() }),
-  );
+  const failure = await failureOf(() => createClient(Registration, channelTo(t, peer.socketPath).transport).getInfo({}, { signal: AbortSignal.abort() }));
   assert.equal(failure.kind, "canceled");
   assert.equal(peer.requests.length, 0);
 });

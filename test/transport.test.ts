@@ -17,7 +17,7 @@ import type { RpcFailure } from "../src/rpc/rpc-error.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { devicePluginV1beta1, pluginRegistration, serviceOf } from "./support/kubelet-protos.ts";
 import { createStaleSocket, spawnRegistrationPlugin, startGrpcServer, startRawListener } from "./support/grpc-peers.ts";
-import { failureOf, getInfoFailure, type Failure } from "./support/rpc-failure.ts";
+import { type Failure, failureOf, getInfoFailure } from "./support/rpc-failure.ts";
 import { tempDir } from "./support/temp-dir.ts";
 
 /** Every failure message seen, by kind, to check that each kind reads differently. */
@@ -117,9 +117,7 @@ test("a listener that answers garbage and hangs up fails fast as 'not-grpc'", as
 
 test("an HTTP/1.1 server fails fast as 'not-grpc', naming the protocol error", async (t) => {
   const dir = tempDir(t);
-  const listener = await startRawListener(path.join(dir, "http1.sock"), (socket) =>
-    socket.once("data", () => socket.write("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")),
-  );
+  const listener = await startRawListener(path.join(dir, "http1.sock"), (socket) => socket.once("data", () => socket.write("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")));
   t.after(() => listener.close());
   const failure = await getInfoFailure(listener.socketPath, { connectTimeoutMs: 10_000 });
   assert.equal(failure.kind, "not-grpc", failure.message);
@@ -162,8 +160,7 @@ test("a gRPC error status from the plugin is classified 'status' and keeps its m
     [
       pluginRegistration().service,
       {
-        GetInfo: (_call: unknown, callback: grpc.sendUnaryData<unknown>) =>
-          callback({ code: grpc.status.FAILED_PRECONDITION, details: "not ready: GPU firmware loading" }),
+        GetInfo: (_call: unknown, callback: grpc.sendUnaryData<unknown>) => callback({ code: grpc.status.FAILED_PRECONDITION, details: "not ready: GPU firmware loading" }),
         NotifyRegistrationStatus: () => {},
       },
     ],
@@ -173,4 +170,3 @@ test("a gRPC error status from the plugin is classified 'status' and keeps its m
   assert.equal(failure.kind, "status");
   assert.equal(failure.message, "[failed_precondition] not ready: GPU firmware loading");
 });
-

@@ -11,17 +11,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import {
-  createRegistry,
-  equals,
-  fromBinary,
-  fromJson,
-  toBinary,
-  type DescFile,
-  type DescMessage,
-  type JsonValue,
-  type Registry,
-} from "@bufbuild/protobuf";
+import { createRegistry, type DescFile, type DescMessage, equals, fromBinary, fromJson, type JsonValue, type Registry, toBinary } from "@bufbuild/protobuf";
 
 interface WireVector {
   message: string;

@@ -7,10 +7,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { Agent, type Event } from "../../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../../src/rpc/unix-channel.ts";
-import { startEdgeplug, type AgentProcess } from "../../test/support/agent-process.ts";
+import { type AgentProcess, startEdgeplug } from "../../test/support/agent-process.ts";
 
 const API_CONNECTIONS = 10;
 

@@ -8,7 +8,7 @@ import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { createLogger } from "../../src/log/logger.ts";
-import { CheckpointStore, encodeCheckpoint, type CheckpointData } from "../../src/devicemanager/checkpoint/checkpoint.ts";
+import { type CheckpointData, CheckpointStore, encodeCheckpoint } from "../../src/devicemanager/checkpoint/checkpoint.ts";
 import { summarize } from "./stats.ts";
 
 const DEVICES = 10_000;

@@ -12,10 +12,10 @@ import * as path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { registerDevicePlugin } from "../../test/support/fake-device-plugin.ts";
-import { startPluginHost, type PluginHost } from "./plugin-host-client.ts";
+import { type PluginHost, startPluginHost } from "./plugin-host-client.ts";
 import { clockTicksPerSecond, cpuTicks } from "./proc.ts";
 import { encodedList, startRawDevicePlugin } from "./raw-device-plugin.ts";
-import { retried, type DevicesAgent } from "./devices-agent.ts";
+import { type DevicesAgent, retried } from "./devices-agent.ts";
 import { summarize } from "./stats.ts";
 
 const FLOOD_ENTRY = fileURLToPath(new URL("./flood-plugin.ts", import.meta.url));

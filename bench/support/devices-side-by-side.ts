@@ -18,13 +18,13 @@
  * BENCH_SIDE_ALLOCATIONS (allocate/release pairs per round, default 100),
  * BENCH_SIDE_IDLE_MS (the idle window, default 60000).
  */
-import { fork, type ChildProcess } from "node:child_process";
+import { type ChildProcess, fork } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { shortTempDir } from "../../test/support/agent-process.ts";
 import { clockTicksPerSecond, cpuTicks, residentMemory } from "./proc.ts";
-import { startEdgeplugSide, startKubeletSide, type ResourceView, type SideAgent } from "./side-agents.ts";
+import { type ResourceView, type SideAgent, startEdgeplugSide, startKubeletSide } from "./side-agents.ts";
 import type { SidePluginAnswer, SidePluginRequest } from "./side-plugins.ts";
 import { wallClockMs } from "./side-plugins.ts";
 import { percentile, roundMs } from "./stats.ts";

@@ -10,7 +10,7 @@ import { once } from "node:events";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { SEA_V8_FLAGS } from "../../scripts/sea-config.ts";
-import { executablePageBlocks, residentMemory, type ExecutablePageBlocks, type ResidentMemory } from "./proc.ts";
+import { type ExecutablePageBlocks, executablePageBlocks, type ResidentMemory, residentMemory } from "./proc.ts";
 
 const EMBEDDED_NODE = fileURLToPath(new URL("../../node_modules/node/bin/node", import.meta.url));
 /** As the agent's idle window: start-up garbage collected before the reading. */

@@ -2,7 +2,7 @@
  * The bench side of plugin-host.ts: forks the host (the same Node, type
  * stripping included) and turns its IPC messages into promises.
  */
-import { fork, type ChildProcess } from "node:child_process";
+import { type ChildProcess, fork } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import type { HostReply, HostRequest, StartReply } from "./plugin-host.ts";

@@ -10,7 +10,7 @@
  */
 import * as path from "node:path";
 import process from "node:process";
-import { startFakePlugin, type FakePlugin } from "../../test/support/fake-plugin.ts";
+import { type FakePlugin, startFakePlugin } from "../../test/support/fake-plugin.ts";
 
 /** The plugin type served: declared `kind: generic` by writePolicy's default handlers. */
 export const PLUGIN_TYPE = "acme.io/Sensor";
@@ -115,9 +115,7 @@ if (!process.send) {
 }
 
 process.on("message", (request: HostRequest) => {
-  handle(request).then(reply, (error: unknown) =>
-    reply({ id: request.id, op: "error", message: error instanceof Error ? error.message : String(error) }),
-  );
+  handle(request).then(reply, (error: unknown) => reply({ id: request.id, op: "error", message: error instanceof Error ? error.message : String(error) }));
 });
 
 process.once("disconnect", () => {

@@ -8,13 +8,7 @@
 import * as net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import {
-  AllocateRequestSchema,
-  AllocateResponseSchema,
-  DevicePluginOptionsSchema,
-  ListAndWatchResponseSchema,
-  PreStartContainerResponseSchema,
-} from "../../src/gen/deviceplugin/v1beta1/api_pb.ts";
+import { AllocateRequestSchema, AllocateResponseSchema, DevicePluginOptionsSchema, ListAndWatchResponseSchema, PreStartContainerResponseSchema } from "../../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { registerDevicePlugin } from "../../test/support/fake-device-plugin.ts";
 import { handOverHttp2 } from "../../src/rpc/authority-rewrite.ts";
 
@@ -104,9 +98,7 @@ export async function startRawDevicePlugin(options: {
       front!.listen(options.socketPath, () => resolve());
     });
   } else {
-    await new Promise<void>((resolve, reject) =>
-      server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-    );
+    await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())));
   }
   if (options.register !== false) await registerDevicePlugin(options.registrationSocket, { endpoint: options.socketPath.split("/").pop()!, resource_name: options.resource });
   return {

@@ -5,7 +5,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
-import { startEdgeplug, writePolicy, type AgentProcess, type TestPolicyFile } from "../../test/support/agent-process.ts";
+import { type AgentProcess, startEdgeplug, type TestPolicyFile, writePolicy } from "../../test/support/agent-process.ts";
 import type { PluginFailure, PluginTimeline } from "./plugin-host.ts";
 
 export const MAX_PLUGINS = 2048;

@@ -4,9 +4,9 @@
  * deregister) for a while, and the agent's resident memory is sampled, so
  * that growth over churn shows (issue 9: flat over 10 minutes).
  */
-import { residentMemory, type ResidentMemory } from "./proc.ts";
+import { type ResidentMemory, residentMemory } from "./proc.ts";
 import type { PluginHost } from "./plugin-host-client.ts";
-import { progress, socketNames, waitForEach, type RunningAgent } from "./registration-agent.ts";
+import { progress, type RunningAgent, socketNames, waitForEach } from "./registration-agent.ts";
 
 /** Plugins per batch: each one registers and deregisters once per round. */
 const BATCH = 20;

@@ -11,7 +11,7 @@ import * as path from "node:path";
 import { requireBinary } from "../../test/support/agent-process.ts";
 import type { PluginHost } from "./plugin-host-client.ts";
 import { roundMs } from "./stats.ts";
-import { progress, startAgent, waitForEach, type RunningAgent } from "./registration-agent.ts";
+import { progress, type RunningAgent, startAgent, waitForEach } from "./registration-agent.ts";
 import { measureBurst, measureSingleSocket } from "./registration-parts.ts";
 
 const BURST_SOCKETS = 100;
@@ -69,7 +69,8 @@ export async function measurePaired(dir: string, host: PluginHost, baseline: str
     const current = summary(0);
     const old = summary(1);
     return {
-      design: `both agents running at once on their own registries; ${trials} single-socket trials each in alternating order, then ${BURST_ROUNDS} rounds of ${BURST_SOCKETS} sockets at once, alternating`,
+      design:
+        `both agents running at once on their own registries; ${trials} single-socket trials each in alternating order, then ${BURST_ROUNDS} rounds of ${BURST_SOCKETS} sockets at once, alternating`,
       baselineBinary: baseline,
       current,
       baseline: old,

@@ -6,14 +6,7 @@ import process from "node:process";
 import type { PluginHost } from "./plugin-host-client.ts";
 import { clockTicksPerSecond, cpuTicks } from "./proc.ts";
 import { roundMs, summarize } from "./stats.ts";
-import {
-  describeFailure,
-  refusalsOf,
-  socketNames,
-  staleAttempts,
-  waitForEach,
-  type RunningAgent,
-} from "./registration-agent.ts";
+import { describeFailure, refusalsOf, type RunningAgent, socketNames, staleAttempts, waitForEach } from "./registration-agent.ts";
 
 /** Single-socket trials run first and left out of the statistics (JIT warm-up on both sides). */
 export const WARMUP_TRIALS = 5;

@@ -7,11 +7,11 @@
  * allocating through `/allocate` and `/release`), both over HTTP/1.1 on a
  * unix socket with keep-alive connections.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
-import { startDevicesAgent, type DevicesAgent } from "./devices-agent.ts";
+import { type DevicesAgent, startDevicesAgent } from "./devices-agent.ts";
 import { wallClockMs } from "./side-plugins.ts";
 
 /** What an agent shows of one resource: devices known and devices healthy. */

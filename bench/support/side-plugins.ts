@@ -16,7 +16,7 @@ import process from "node:process";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { ListAndWatchResponseSchema } from "../../src/gen/deviceplugin/v1beta1/api_pb.ts";
 import { registerDevicePlugin } from "../../test/support/fake-device-plugin.ts";
-import { encodedList, startRawDevicePlugin, type RawDevicePlugin } from "./raw-device-plugin.ts";
+import { encodedList, type RawDevicePlugin, startRawDevicePlugin } from "./raw-device-plugin.ts";
 
 export type SidePluginRequest =
   | { id: number; op: "start"; name: string; socketPath: string; registrationSocket: string; resource: string; count: number; prefix: string }

@@ -11,7 +11,7 @@ import type { AgentMetrics } from "../api/metrics.ts";
 import { servePodResourcesSocket } from "../api/pod-resources-socket.ts";
 import { SocketKeeper } from "../server/socket-keeper.ts";
 import type { DeviceManager } from "../devicemanager/device-manager.ts";
-import { serveRegistration, type RegistrationServer } from "../devicemanager/registration-server.ts";
+import { type RegistrationServer, serveRegistration } from "../devicemanager/registration-server.ts";
 import { SocketInUseError } from "../server/socket-guard.ts";
 import type { Logger } from "../log/logger.ts";
 import { canonicalDirectory } from "../platform/canonical-path.ts";

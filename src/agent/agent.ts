@@ -7,24 +7,24 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "../gen/edgeplug/v1/agent_pb.ts";
-import { agentRoutes, binaryAgentRoutes, type AgentServiceDeps } from "../api/agent-service.ts";
-import { serveApiSocket, type ApiSocketServer } from "../api/agent-socket.ts";
+import { agentRoutes, type AgentServiceDeps, binaryAgentRoutes } from "../api/agent-service.ts";
+import { type ApiSocketServer, serveApiSocket } from "../api/agent-socket.ts";
 import { requestReporter } from "../rpc/request-reports.ts";
 import { SocketKeeper } from "../server/socket-keeper.ts";
 import type { UnixServer } from "../rpc/unix-server.ts";
 import { EventStream } from "../api/event-stream.ts";
 import { createHealth, type Health } from "../api/health.ts";
-import { createMetrics, serveMetricsEndpoint, type AgentMetrics, type MetricsEndpoint, type SocketSample } from "../api/metrics.ts";
+import { type AgentMetrics, createMetrics, type MetricsEndpoint, serveMetricsEndpoint, type SocketSample } from "../api/metrics.ts";
 import { buildStatus, pluginStatusFromRecord } from "../api/status.ts";
 import { handlerFactories } from "../handlers/factories.ts";
-import { DeviceManager, type DeviceChange } from "../devicemanager/device-manager.ts";
+import { type DeviceChange, DeviceManager } from "../devicemanager/device-manager.ts";
 import { deviceSettings } from "../devicemanager/device-settings.ts";
 import { CheckpointStore } from "../devicemanager/checkpoint/checkpoint.ts";
 import { checkpointStatus } from "../devicemanager/device-status.ts";
-import { csiDraDetails, csiDraDrivers, csiDraEndpointHolder, type CsiDraDrivers } from "../handlers/csi-dra.ts";
+import { csiDraDetails, type CsiDraDrivers, csiDraDrivers, csiDraEndpointHolder } from "../handlers/csi-dra.ts";
 import { endpointRules } from "../endpoints/endpoint-rules.ts";
 import type { RegistrationServer } from "../devicemanager/registration-server.ts";
-import { keeping, keepPodResourcesSocket, keepRegistrationSocket, serveRegistrationOnce, type AgentSocketDeps, type OnceRegistration } from "./agent-sockets.ts";
+import { type AgentSocketDeps, keeping, keepPodResourcesSocket, keepRegistrationSocket, type OnceRegistration, serveRegistrationOnce } from "./agent-sockets.ts";
 import type { Logger } from "../log/logger.ts";
 import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import { logDescriptorLimit } from "../server/fd-limit.ts";
@@ -109,17 +109,14 @@ export class EdgeplugAgent {
       gates: policy.api.socket === null ? [GATE_CHECKPOINT, GATE_INITIAL_WALK] : [GATE_API_SERVING, GATE_CHECKPOINT, GATE_INITIAL_WALK],
       now: options.clock ? () => options.clock!.now() : undefined,
     });
-    this.metrics =
-      policy.api.metrics === null || this.#once !== null
-        ? null
-        : createMetrics({
-            plugins: () => this.pluginStatus.plugins(),
-            resources: () => this.devices.resources(),
-            allocations: () => this.devices.allocations(),
-            sockets: () => this.#socketSamples(),
-            watchLimits: () => this.manager.watchLimitsReached(),
-            build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
-          });
+    this.metrics = policy.api.metrics === null || this.#once !== null ? null : createMetrics({
+      plugins: () => this.pluginStatus.plugins(),
+      resources: () => this.devices.resources(),
+      allocations: () => this.devices.allocations(),
+      sockets: () => this.#socketSamples(),
+      watchLimits: () => this.manager.watchLimitsReached(),
+      build: { version: EDGEPLUG_VERSION, commit: buildCommit(), runtime: `${runtimeName()} ${runtimeVersion()}` },
+    });
     this.devices = new DeviceManager({
       log,
       ...deviceSettings(policy),
@@ -129,14 +126,11 @@ export class EdgeplugAgent {
       observeAllocationQueueFull: () => this.metrics?.observeAllocationQueueFull(),
       liveElsewhere: (endpoint) => csiDraEndpointHolder(this.#csiDra, endpoint),
       // --reconcile-once serves no API and runs too briefly to watch processes or leases: it leaves the side file alone.
-      ownerLifetimes:
-        this.#once !== null
-          ? undefined
-          : {
-              file: ownerLifetimesFile(policy.checkpoint.path),
-              watcher: lazyProcessWatcher(),
-              observeAutomaticRelease: (cause) => this.metrics?.observeAutomaticRelease(cause),
-            },
+      ownerLifetimes: this.#once !== null ? undefined : {
+        file: ownerLifetimesFile(policy.checkpoint.path),
+        watcher: lazyProcessWatcher(),
+        observeAutomaticRelease: (cause) => this.metrics?.observeAutomaticRelease(cause),
+      },
     });
     // The rules of the policy in force (a reload changes them for the next registration), and the device plugins' endpoints.
     const liveElsewhere = (endpoint: SocketIdentity) => this.devices.endpointHolder(endpoint);
@@ -152,15 +146,22 @@ export class EdgeplugAgent {
     });
     this.#liveness = new LivenessDial(this.manager, policy, options.clock);
     this.events = new EventStream(() => this.status(), undefined, undefined, { log: log.with({ component: "api" }) });
-    this.#fleet = new Fleet({ log, status: () => this.status(), events: this.events, registry: this.metrics?.registry, registering: () => this.#attemptsInFlight > 0, agentTickMs: () => this.#policy.reconcile.resyncMs });
+    this.#fleet = new Fleet({
+      log,
+      status: () => this.status(),
+      events: this.events,
+      registry: this.metrics?.registry,
+      registering: () => this.#attemptsInFlight > 0,
+      agentTickMs: () => this.#policy.reconcile.resyncMs,
+    });
     this.pluginStatus.subscribe(({ plugin, removed }) =>
       this.events.publish({
         case: "plugin",
         value: create(PluginEventSchema, { plugin: pluginStatusFromRecord(plugin, csiDraDetails(this.#csiDra, plugin)), removed }),
-      }),
+      })
     );
     this.devices.subscribe((change) => {
-      if (change.kind === "allocation" && !change.released) for (const resource of change.resources) this.metrics?.observeAllocation(resource);
+      if (change.kind === "allocation" && !change.released) { for (const resource of change.resources) this.metrics?.observeAllocation(resource); }
       this.#publishDeviceChange(change);
     });
   }
@@ -219,7 +220,8 @@ export class EdgeplugAgent {
     this.#fleet.apply(this.#policy);
     logDescriptorLimit(this.#log, this.#policy, { attemptsAtOnce: REGISTRATION_ATTEMPTS_AT_ONCE, maxProcessOwners: OWNER_LIFETIME_LIMITS.maxProcessOwners });
     this.#log.info("edgeplug running", {
-      version: EDGEPLUG_VERSION, commit: buildCommit(),
+      version: EDGEPLUG_VERSION,
+      commit: buildCommit(),
       node: this.#policy.nodeName,
       policy: this.#policy.source,
       api: api.socket,
@@ -282,15 +284,18 @@ export class EdgeplugAgent {
   }
 
   status(): StatusResponse {
-    return Object.assign(buildStatus({
-      node: this.#policy.nodeName,
-      plugins: this.pluginStatus.plugins(),
-      details: (record) => csiDraDetails(this.#csiDra, record),
-      resources: this.devices.resources(),
-      allocations: this.devices.allocations(),
-      checkpoint: checkpointStatus(this.#policy.checkpoint.path, this.devices.checkpointState()),
-      watchLimits: this.manager.watchLimitsReached(),
-    }), { fleet: this.#fleet.linkStatus() });
+    return Object.assign(
+      buildStatus({
+        node: this.#policy.nodeName,
+        plugins: this.pluginStatus.plugins(),
+        details: (record) => csiDraDetails(this.#csiDra, record),
+        resources: this.devices.resources(),
+        allocations: this.devices.allocations(),
+        checkpoint: checkpointStatus(this.#policy.checkpoint.path, this.devices.checkpointState()),
+        watchLimits: this.manager.watchLimitsReached(),
+      }),
+      { fleet: this.#fleet.linkStatus() },
+    );
   }
 
   /** Applies a validated policy at once (watch dirs, handlers, security, reconcile, log, fleet); settings bound at start keep their old value, logged as needing a restart. */

@@ -26,13 +26,13 @@ import { withPortableGrpcMessage } from "../rpc/grpc-message.ts";
 import { connectRequestListener, HandlerFailureLog } from "../rpc/node-handler.ts";
 import type { Logger } from "../log/logger.ts";
 import { ConnectionGuard, type GuardAction, type ServerRequest, type ServerResponse } from "../server/connection-guard.ts";
-import { serveHealthRequest, type Health, type HealthResponse } from "./health.ts";
+import { type Health, type HealthResponse, serveHealthRequest } from "./health.ts";
 import { API_RATE_LIMITS, API_SOCKET_LIMITS, ApiRateLimiter, type ApiRateLimits, type ListenerLimits } from "../server/limits.ts";
 import { routeByPreface } from "../server/protocol-router.ts";
 import { cutOffOf, streamCutOffKey } from "../server/stream-cutoff.ts";
 import { bindPrivately, removeIfOurs, resolveGroupId } from "../server/socket-bind.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
-import { systemClock, type Clock } from "../platform/clock.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
 
 export { resolveGroupId } from "../server/socket-bind.ts";
 
@@ -110,10 +110,7 @@ const connectionKey = createContextKey<object>({}, { description: "edgeplug API 
 export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSocketServer> {
   const { socketPath, log } = options;
   const mode = options.mode ?? 0o660;
-  const gid =
-    options.group === undefined || options.group === null
-      ? null
-      : resolveGroupId(options.group, options.groupFile);
+  const gid = options.group === undefined || options.group === null ? null : resolveGroupId(options.group, options.groupFile);
   await claimSocketPath(socketPath, { expect: "edgeplug-api", log });
 
   const limits = options.limits ?? API_SOCKET_LIMITS;
@@ -126,23 +123,26 @@ export async function serveApiSocket(options: ApiSocketOptions): Promise<ApiSock
   const shutdown = new AbortController();
   const failures = new HandlerFailureLog(log.with({ socket: socketPath }));
   const adapter = (routes: (router: ConnectRouter) => void) =>
-    withServableAuthority(withPortableGrpcMessage(
-      connectRequestListener({
-        routes,
-        ...API_PROTOCOLS,
-        shutdownSignal: shutdown.signal,
-        // docs/status-json.md: Status answers the canonical proto3 JSON with default values included.
-        jsonOptions: { alwaysEmitImplicit: true },
-        readMaxBytes: limits.maxRequestBodyBytes,
-        contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)).set(streamCutOffKey, cutOffOf(request)),
-        // Runs before the request body is read, so a refused call costs no parsing.
-        requestGate: (context) => {
-          if (!rateLimiter.admit(context.values.get(connectionKey))) {
-            throw new ConnectError(rateLimited(), Code.ResourceExhausted);
-          }
-        },
-      }, failures),
-    ), options.reports && ((authority) => options.reports?.authorityReplaced(authority)));
+    withServableAuthority(
+      withPortableGrpcMessage(
+        connectRequestListener({
+          routes,
+          ...API_PROTOCOLS,
+          shutdownSignal: shutdown.signal,
+          // docs/status-json.md: Status answers the canonical proto3 JSON with default values included.
+          jsonOptions: { alwaysEmitImplicit: true },
+          readMaxBytes: limits.maxRequestBodyBytes,
+          contextValues: (request) => createContextValues().set(connectionKey, connectionOf(request)).set(streamCutOffKey, cutOffOf(request)),
+          // Runs before the request body is read, so a refused call costs no parsing.
+          requestGate: (context) => {
+            if (!rateLimiter.admit(context.values.get(connectionKey))) {
+              throw new ConnectError(rateLimited(), Code.ResourceExhausted);
+            }
+          },
+        }, failures),
+      ),
+      options.reports && ((authority) => options.reports?.authorityReplaced(authority)),
+    );
   const handler = adapter(options.routes);
   const binaryHandler = options.binaryRoutes ? adapter(options.binaryRoutes) : handler;
   const calls = trackCalls((request, response) => {
@@ -269,4 +269,3 @@ function trackCalls(handler: RequestHandler) {
     });
   return { handle, drained };
 }
-

@@ -37,7 +37,9 @@ export async function allocateDevices(devices: DeviceManager, request: AllocateR
 
 /** The owner's lifetime the request asks for; a process and a lease at once is refused. */
 function requestedLifetime(request: AllocateRequest): RequestedLifetime {
-  if (request.ownerPid !== undefined && request.leaseMs !== undefined) throw new ConnectError("owner_pid and lease_ms exclude each other: an owner is held by a process or by a lease", Code.InvalidArgument);
+  if (request.ownerPid !== undefined && request.leaseMs !== undefined) {
+    throw new ConnectError("owner_pid and lease_ms exclude each other: an owner is held by a process or by a lease", Code.InvalidArgument);
+  }
   if (request.ownerPid !== undefined) {
     return { kind: "process", pid: request.ownerPid, startTime: request.ownerPidStartTime === undefined ? undefined : String(request.ownerPidStartTime) };
   }

@@ -2,15 +2,30 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { EventSchema, ResourceStatusSchema, StatusResponseSchema, type Event } from "../gen/edgeplug/v1/agent_pb.ts";
+import { type Event, EventSchema, ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { EventViewSchema, StatusResponseViewSchema } from "../gen/edgeplug/v1/agent_view_pb.ts";
 import { encodedResource, eventView, statusResponseView } from "./binary-answers.ts";
 
 const ids = (count: number, prefix: string) => Array.from({ length: count }, (_, i) => `${prefix}${i}`);
 
 const resources = [
-  create(ResourceStatusSchema, { name: "example.com/gpu", capacity: 4, allocatable: 3, healthy: ["a", "b", "é-ünïcode", "😀"], unhealthy: ["z"], connected: true, sockets: ["/dp/a.sock", "/dp/b.sock"] }),
-  create(ResourceStatusSchema, { name: "example.com/long", capacity: 3, healthy: ["x".repeat(42), "y".repeat(43), "é".repeat(63)], unhealthy: ["ü".repeat(50)], connected: false, error: "/dp/c.sock: refused" }),
+  create(ResourceStatusSchema, {
+    name: "example.com/gpu",
+    capacity: 4,
+    allocatable: 3,
+    healthy: ["a", "b", "é-ünïcode", "😀"],
+    unhealthy: ["z"],
+    connected: true,
+    sockets: ["/dp/a.sock", "/dp/b.sock"],
+  }),
+  create(ResourceStatusSchema, {
+    name: "example.com/long",
+    capacity: 3,
+    healthy: ["x".repeat(42), "y".repeat(43), "é".repeat(63)],
+    unhealthy: ["ü".repeat(50)],
+    connected: false,
+    error: "/dp/c.sock: refused",
+  }),
   create(ResourceStatusSchema, { name: "example.com/many", capacity: 20_000, allocatable: 20_000, healthy: ids(20_000, "GPU-0650a168-e770-3ea8-8ac3-"), connected: true, sockets: ["/dp/m.sock"] }),
   create(ResourceStatusSchema, { name: "example.com/empty" }),
   create(ResourceStatusSchema, { name: "example.com/huge-id", healthy: ["h".repeat(6000)] }),

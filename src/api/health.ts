@@ -101,13 +101,11 @@ export function createHealth(options: HealthOptions): Health {
       const at = now();
       const checks = [...lastBeat].map(([name, beat]): Check => {
         const silentMs = Math.round(at - beat);
-        return silentMs <= boundMs
-          ? { name, ok: true, detail: "ok" }
-          : {
-              name,
-              ok: false,
-              detail: `no heartbeat for ${formatDuration(silentMs)} (bound ${formatDuration(boundMs)}: ${stalePeriods} resync periods of ${formatDuration(resyncMs)})`,
-            };
+        return silentMs <= boundMs ? { name, ok: true, detail: "ok" } : {
+          name,
+          ok: false,
+          detail: `no heartbeat for ${formatDuration(silentMs)} (bound ${formatDuration(boundMs)}: ${stalePeriods} resync periods of ${formatDuration(resyncMs)})`,
+        };
       });
       return { ok: checks.every((check) => check.ok), checks };
     },
@@ -143,11 +141,8 @@ export function serveHealthRequest(health: Health, request: HealthRequest, respo
   if (pathname !== "/healthz" && pathname !== "/readyz") return false;
   const endpoint = pathname.slice(1);
   const { ok, checks } = endpoint === "healthz" ? health.liveness() : health.readiness();
-  const body =
-    endpoint === "healthz" && ok
-      ? "ok"
-      : checks.map((check) => `[${check.ok ? "+" : "-"}]${check.name} ${check.detail}\n`).join("") +
-        `${endpoint} check ${ok ? "passed" : "failed"}\n`;
+  const body = endpoint === "healthz" && ok ? "ok" : checks.map((check) => `[${check.ok ? "+" : "-"}]${check.name} ${check.detail}\n`).join("") +
+    `${endpoint} check ${ok ? "passed" : "failed"}\n`;
   response.writeHead(ok ? 200 : 503, {
     "content-type": "text/plain; charset=utf-8",
     "cache-control": "no-store",

@@ -7,8 +7,8 @@ import * as http from "node:http";
 import type * as net from "node:net";
 import type { Logger } from "../log/logger.ts";
 import { ConnectionGuard, type GuardAction } from "../server/connection-guard.ts";
-import { serveHealthRequest, type Health } from "./health.ts";
-import { METRICS_LISTENER_LIMITS, type ListenerLimits } from "../server/limits.ts";
+import { type Health, serveHealthRequest } from "./health.ts";
+import { type ListenerLimits, METRICS_LISTENER_LIMITS } from "../server/limits.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
 export interface MetricsEndpointOptions {
@@ -105,13 +105,12 @@ export function parseListenAddress(address: string): { host: string | undefined;
 
 function describeListenError(address: string, error: Error): Error {
   const code = (error as { code?: string }).code;
-  const why =
-    code === "EADDRINUSE"
-      ? "the address is already in use"
-      : code === "EADDRNOTAVAIL" || code === "ENOTFOUND"
-        ? "no such local address"
-        : code === "EACCES"
-          ? "permission denied"
-          : error.message;
+  const why = code === "EADDRINUSE"
+    ? "the address is already in use"
+    : code === "EADDRNOTAVAIL" || code === "ENOTFOUND"
+    ? "no such local address"
+    : code === "EACCES"
+    ? "permission denied"
+    : error.message;
   return new Error(`api.metrics: cannot listen on ${address}: ${why}`, { cause: error });
 }

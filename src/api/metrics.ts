@@ -261,4 +261,4 @@ function processRegistry(): Registry {
   return sharedProcessRegistry;
 }
 
-export { parseListenAddress, serveMetricsEndpoint, type MetricsEndpoint, type MetricsEndpointOptions } from "./metrics-endpoint.ts";
+export { type MetricsEndpoint, type MetricsEndpointOptions, parseListenAddress, serveMetricsEndpoint } from "./metrics-endpoint.ts";

@@ -67,8 +67,18 @@ export class PluginStatusCache implements PluginManagerObserver {
     }
     if (!change.current) return;
     const record: PluginRecord = {
-      socket: change.socket, type: null, name: null, endpoint: null, versions: [], state: "pending", attempts: 0,
-      registeredAt: null, error: null, reason: null, discoveredAt: change.current.discoveredAt, lastAttemptAt: null,
+      socket: change.socket,
+      type: null,
+      name: null,
+      endpoint: null,
+      versions: [],
+      state: "pending",
+      attempts: 0,
+      registeredAt: null,
+      error: null,
+      reason: null,
+      discoveredAt: change.current.discoveredAt,
+      lastAttemptAt: null,
     };
     this.#records.set(change.socket, { record, inode: change.current.inode, cause: null });
     this.#log.debug("plugin socket discovered", { socket: change.socket });

@@ -70,7 +70,7 @@ export function podResourcesRoutes(devices: PodResourcesSource, admit: () => voi
                 .map((_, index) => index)
                 .filter((index) => list.isHealthy(index))
                 .sort((a, b) => compare(list.ids[a]!, list.ids[b]!))
-                .flatMap((index) => deviceEntries(name, list.ids[index]!, list.nodesAt(index))),
+                .flatMap((index) => deviceEntries(name, list.ids[index]!, list.nodesAt(index)))
             ),
         });
       },
@@ -89,7 +89,7 @@ function podOf(devices: PodResourcesSource, owner: string): PodResources {
   const containers = new Map<string, ContainerDevices[]>();
   for (const entry of devices.pods.ownerEntries(owner)) {
     let list = containers.get(entry.container);
-    if (!list) containers.set(entry.container, (list = []));
+    if (!list) containers.set(entry.container, list = []);
     for (const [id, nodes] of nodesByDevice(entry.byNode)) list.push(...deviceEntries(entry.resource, id, nodes));
   }
   return create(PodResourcesSchema, {
@@ -105,7 +105,7 @@ function nodesByDevice(byNode: ReadonlyMap<number, readonly string[]>): Map<stri
   for (const [node, ids] of byNode) {
     for (const id of ids) {
       let nodes = devices.get(id);
-      if (!nodes) devices.set(id, (nodes = []));
+      if (!nodes) devices.set(id, nodes = []);
       if (node !== NO_NUMA_NODE && !nodes.includes(node)) nodes.push(node);
     }
   }
@@ -117,9 +117,7 @@ function deviceEntries(resource: string, id: string, numaNodes: readonly number[
   if (numaNodes.length === 0) return [create(ContainerDevicesSchema, { resourceName: resource, deviceIds: [id] })];
   return [...numaNodes]
     .sort((a, b) => a - b)
-    .map((node) =>
-      create(ContainerDevicesSchema, { resourceName: resource, deviceIds: [id], topology: { nodes: [{ ID: BigInt(node) }] } }),
-    );
+    .map((node) => create(ContainerDevicesSchema, { resourceName: resource, deviceIds: [id], topology: { nodes: [{ ID: BigInt(node) }] } }));
 }
 
 function compare(a: string, b: string): number {

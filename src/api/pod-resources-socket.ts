@@ -24,7 +24,7 @@ import type { RequestReports } from "../rpc/request-reports.ts";
 import type { UnixServer } from "../rpc/unix-server.ts";
 import type { GuardAction } from "../server/connection-guard.ts";
 import { serveGuardedGrpc } from "../server/guarded-grpc.ts";
-import { POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, TokenBucket, type ListenerLimits, type RateLimit } from "../server/limits.ts";
+import { type ListenerLimits, POD_RESOURCES_RATE_LIMIT, POD_RESOURCES_RATE_LIMITED, POD_RESOURCES_SOCKET_LIMITS, type RateLimit, TokenBucket } from "../server/limits.ts";
 import { podResourcesRoutes, type PodResourcesSource } from "./pod-resources-service.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
 

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { PluginRecord } from "./plugin-status.ts";
-import { buildReport, reportToText, type Expectations } from "./report.ts";
+import { buildReport, type Expectations, reportToText } from "./report.ts";
 import { buildStatus } from "./status.ts";
 
 const startedAt = new Date("2026-11-30T12:00:00.000Z");
@@ -9,8 +9,18 @@ const finishedAt = new Date("2026-11-30T12:00:00.250Z");
 
 function plugin(socket: string, name: string | null, state: PluginRecord["state"], failure?: Pick<PluginRecord, "reason" | "error">): PluginRecord {
   return {
-    socket, type: name === null ? null : "acme.io/Sensor", name, endpoint: name === null ? null : socket, versions: [], state,
-    attempts: 1, registeredAt: null, error: failure?.error ?? null, reason: failure?.reason ?? null, discoveredAt: startedAt, lastAttemptAt: startedAt,
+    socket,
+    type: name === null ? null : "acme.io/Sensor",
+    name,
+    endpoint: name === null ? null : socket,
+    versions: [],
+    state,
+    attempts: 1,
+    registeredAt: null,
+    error: failure?.error ?? null,
+    reason: failure?.reason ?? null,
+    discoveredAt: startedAt,
+    lastAttemptAt: startedAt,
   };
 }
 
@@ -74,6 +84,9 @@ test("a run that left kubelet.sock to a daemon says that the daemon's device plu
   const lines = reportToText(held, status).trimEnd().split("\n");
   const unmet = lines.findIndex((line) => line.startsWith("unmet: expected resource example.com/dev"));
   assert.ok(unmet > 0, lines.join("\n"));
-  assert.match(lines[unmet + 1]!, /^note: kubelet\.sock is served by the edgeplug daemon serving \/run\/edgeplug\/api\.sock, not by this run: device plugins registered there are not seen or counted here/);
+  assert.match(
+    lines[unmet + 1]!,
+    /^note: kubelet\.sock is served by the edgeplug daemon serving \/run\/edgeplug\/api\.sock, not by this run: device plugins registered there are not seen or counted here/,
+  );
   assert.equal(buildReport(status, expectations, startedAt, finishedAt, seen).registrationSocketHeldBy, null);
 });

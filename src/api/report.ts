@@ -15,7 +15,7 @@
 import type { PluginStatus, StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
 import { formatDuration } from "../policy/duration.ts";
-import { statusToJson, statusToText, type StatusJson } from "./status.ts";
+import { type StatusJson, statusToJson, statusToText } from "./status.ts";
 
 export const REPORT_SCHEMA = 1;
 
@@ -132,9 +132,7 @@ export function disconnectedResources(status: StatusResponse, expectations: Expe
     .filter((r) => !r.connected)
     .map((r) => ({
       resource: r.name,
-      error: seen.has(r.name)
-        ? "its device plugin went away during the run"
-        : "in the checkpoint, but no device plugin registered it during this run",
+      error: seen.has(r.name) ? "its device plugin went away during the run" : "in the checkpoint, but no device plugin registered it during this run",
       counts: everyResourceCounts || Object.hasOwn(expectations.resources, r.name),
     }));
 }
@@ -198,7 +196,9 @@ export function reportToText(report: ReportJson, status: StatusResponse): string
   }
   for (const reason of report.expectations.unmet) lines.push(`unmet: ${printable(reason)}`);
   if (report.registrationSocketHeldBy !== null) {
-    lines.push(printable(`note: kubelet.sock is served by ${report.registrationSocketHeldBy}, not by this run: device plugins registered there are not seen or counted here (ask it: edgeplug status)`));
+    lines.push(
+      printable(`note: kubelet.sock is served by ${report.registrationSocketHeldBy}, not by this run: device plugins registered there are not seen or counted here (ask it: edgeplug status)`),
+    );
   }
   const ignored = report.ok && report.failed.length > 0 ? " (failed sockets ignored: the expectations decide; --strict counts them)" : "";
   lines.push(`reconcile-once ${report.ok ? "ok" : "FAILED"}${ignored} in ${report.durationMs} ms`);

@@ -10,18 +10,42 @@ const discoveredAt = new Date("2026-11-30T12:00:00.000Z");
 
 function record(overrides: Partial<PluginRecord>): PluginRecord {
   return {
-    socket: "/r/p.sock", type: null, name: null, endpoint: null, versions: [], state: "pending", attempts: 0,
-    registeredAt: null, error: null, reason: null, discoveredAt, lastAttemptAt: null, ...overrides,
+    socket: "/r/p.sock",
+    type: null,
+    name: null,
+    endpoint: null,
+    versions: [],
+    state: "pending",
+    attempts: 0,
+    registeredAt: null,
+    error: null,
+    reason: null,
+    discoveredAt,
+    lastAttemptAt: null,
+    ...overrides,
   };
 }
 
 const registered = record({
-  socket: "/r/gpu.sock", type: "DevicePlugin", name: "acme.io/gpu", endpoint: "/r/gpu.sock", versions: ["v1beta1"],
-  state: "registered", attempts: 1, registeredAt: new Date("2026-11-30T12:00:01.000Z"), lastAttemptAt: discoveredAt,
+  socket: "/r/gpu.sock",
+  type: "DevicePlugin",
+  name: "acme.io/gpu",
+  endpoint: "/r/gpu.sock",
+  versions: ["v1beta1"],
+  state: "registered",
+  attempts: 1,
+  registeredAt: new Date("2026-11-30T12:00:01.000Z"),
+  lastAttemptAt: discoveredAt,
 });
 const refused = record({
-  socket: "/r/x.sock", type: "other.io/Thing", name: "other.io/x", endpoint: "/r/x.sock", state: "failed", attempts: 2,
-  error: "RegisterPlugin error -- no handler registered for plugin type: other.io/Thing at socket /r/x.sock", reason: "no_handler",
+  socket: "/r/x.sock",
+  type: "other.io/Thing",
+  name: "other.io/x",
+  endpoint: "/r/x.sock",
+  state: "failed",
+  attempts: 2,
+  error: "RegisterPlugin error -- no handler registered for plugin type: other.io/Thing at socket /r/x.sock",
+  reason: "no_handler",
 });
 
 test("ok is derived: every plugin registered and every resource connected", () => {
@@ -34,11 +58,25 @@ test("ok is derived: every plugin registered and every resource connected", () =
 
 test("the CLI's JSON is docs/status-json.md's shape: timestamps as RFC 3339, absent values as null, the reason beside the error", () => {
   const json = statusToJson(buildStatus({ node: "edge-01", plugins: [registered, record({})] }));
-  assert.deepEqual(Object.entries(json.plugins[0]!), Object.entries({
-    socket: "/r/gpu.sock", type: "DevicePlugin", name: "acme.io/gpu", endpoint: "/r/gpu.sock", versions: ["v1beta1"],
-    state: "registered", attempts: 1, registeredAt: "2026-11-30T12:00:01Z", error: null,
-    discoveredAt: "2026-11-30T12:00:00Z", lastAttemptAt: "2026-11-30T12:00:00Z", reason: null, csi: null, dra: null,
-  }));
+  assert.deepEqual(
+    Object.entries(json.plugins[0]!),
+    Object.entries({
+      socket: "/r/gpu.sock",
+      type: "DevicePlugin",
+      name: "acme.io/gpu",
+      endpoint: "/r/gpu.sock",
+      versions: ["v1beta1"],
+      state: "registered",
+      attempts: 1,
+      registeredAt: "2026-11-30T12:00:01Z",
+      error: null,
+      discoveredAt: "2026-11-30T12:00:00Z",
+      lastAttemptAt: "2026-11-30T12:00:00Z",
+      reason: null,
+      csi: null,
+      dra: null,
+    }),
+  );
   const pending = json.plugins[1]!;
   assert.deepEqual([pending.type, pending.name, pending.endpoint, pending.versions, pending.registeredAt], [null, null, null, [], null]);
   const failed = statusToJson(buildStatus({ node: "n", plugins: [refused] })).plugins[0]!;

@@ -4,16 +4,9 @@
  * and the text table people read. Every producer (daemon, --reconcile-once)
  * and every consumer (status, status --watch) goes through here.
  */
-import { create, toJson, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, type DescMessage, type JsonObject, type JsonValue, toJson } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type {
-  AllocationStatus,
-  CheckpointStatus,
-  PluginStatus,
-  ResourceStatus,
-  StatusResponse,
-  WatchLimitsStatus,
-} from "../gen/edgeplug/v1/agent_pb.ts";
+import type { AllocationStatus, CheckpointStatus, PluginStatus, ResourceStatus, StatusResponse, WatchLimitsStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { PluginStatusSchema, ResourceStatusSchema, StatusResponseSchema, WatchLimitsStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import { printable } from "../log/printable.ts";
 import { formatDuration } from "../policy/duration.ts";
@@ -22,7 +15,7 @@ import type { FailureReason } from "../pluginmanager/types.ts";
 import type { WatchLimitsReached } from "../pluginmanager/watch-limits.ts";
 import type { PluginRecord } from "./plugin-status.ts";
 import { fleetLinkLines } from "./fleet-link-text.ts";
-import { pluginDetailsTables, type CsiJson, type DraJson, type PluginDetails } from "../handlers/csi-dra-status.ts";
+import { type CsiJson, type DraJson, type PluginDetails, pluginDetailsTables } from "../handlers/csi-dra-status.ts";
 
 export interface PluginJson {
   socket: string;

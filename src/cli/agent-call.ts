@@ -5,7 +5,7 @@
  * failure is told apart as the agent refusing (its reason, which for
  * allocation is the kubelet's text) or the agent not being there.
  */
-import { createClient, type Client } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { ConnectError } from "@connectrpc/connect";
 import { Agent } from "../gen/edgeplug/v1/agent_pb.ts";
 import { MAX_CONTAINER_LENGTH, MAX_OWNER_LENGTH } from "../devicemanager/allocation.ts";

@@ -18,7 +18,7 @@ import type { Client } from "@connectrpc/connect";
 import type { Agent, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { formatDuration } from "../policy/duration.ts";
 import { outputFlag, parseCommandArgs, waitFlag } from "./args.ts";
-import { AGENT_CALL_OPTIONS, CallFailure, callAgent, containerFlag, ownerFlag } from "./agent-call.ts";
+import { AGENT_CALL_OPTIONS, callAgent, CallFailure, containerFlag, ownerFlag } from "./agent-call.ts";
 import type { Command, CommandIO } from "./command.ts";
 import { UsageError } from "./command.ts";
 import { COMMON_OPTIONS_HELP } from "./help.ts";

@@ -10,11 +10,9 @@ import { UsageError } from "./command.ts";
 type OptionSpec = { type: "string" | "boolean"; multiple?: boolean; short?: string };
 type OptionSpecs = Record<string, OptionSpec>;
 
-type ValueOf<S extends OptionSpec> = S["type"] extends "boolean"
-  ? boolean | undefined
-  : S["multiple"] extends true
-    ? string[] | undefined
-    : string | undefined;
+type ValueOf<S extends OptionSpec> = S["type"] extends "boolean" ? boolean | undefined
+  : S["multiple"] extends true ? string[] | undefined
+  : string | undefined;
 
 export interface ParsedArgs<S extends OptionSpecs> {
   values: { [K in keyof S]: ValueOf<S[K]> };

@@ -3,13 +3,9 @@
  * (written by edgeplug or by a kubelet), verifies it as the kubelet does and
  * prints what it holds. Changes nothing: a corrupt file stays where it is.
  */
-import { fromBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { fromBinary, type JsonValue, toJson } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../gen/deviceplugin/v1beta1/api_pb.ts";
-import {
-  CheckpointCorruptError,
-  decodeCheckpointWithChecksum,
-  readCheckpointBytes,
-} from "../devicemanager/checkpoint/checkpoint.ts";
+import { CheckpointCorruptError, decodeCheckpointWithChecksum, readCheckpointBytes } from "../devicemanager/checkpoint/checkpoint.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
@@ -38,9 +34,7 @@ export const checkpointCommand: Command = {
     const [action, file, ...extra] = parsed.positionals;
     if (action !== "verify") {
       throw new UsageError(
-        action === undefined
-          ? "edgeplug checkpoint: expected an action: verify PATH"
-          : `edgeplug checkpoint: unknown action ${JSON.stringify(action)}; expected verify PATH`,
+        action === undefined ? "edgeplug checkpoint: expected an action: verify PATH" : `edgeplug checkpoint: unknown action ${JSON.stringify(action)}; expected verify PATH`,
       );
     }
     if (file === undefined || extra.length > 0) throw new UsageError("edgeplug checkpoint verify: expected exactly one PATH");
@@ -127,9 +121,7 @@ function toText(path: string, verdict: Verdict): string {
       .join(", ");
     lines.push(`  owner ${shown(entry.podUID)} container ${shown(entry.containerName)} ${shown(entry.resourceName)}: ${devices || "no devices"}`);
     lines.push(
-      entry.allocResp === null
-        ? `    allocate response: ${entry.allocRespError}`
-        : `    allocate response: ${JSON.stringify(entry.allocResp)}`,
+      entry.allocResp === null ? `    allocate response: ${entry.allocRespError}` : `    allocate response: ${JSON.stringify(entry.allocResp)}`,
     );
   }
   return lines.join("\n") + "\n";

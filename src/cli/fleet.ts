@@ -6,7 +6,7 @@
 import type { IClientOptions, MqttClient } from "mqtt";
 import { connectClient } from "../fleet/connect.ts";
 import { readCredentialFile, readSecretLine } from "../fleet/credentials.ts";
-import { FleetView, fleetToJson, fleetToText } from "../fleet/fleet-view.ts";
+import { fleetToJson, fleetToText, FleetView } from "../fleet/fleet-view.ts";
 import { FLEET_TOPIC_VERSION, nodeFromLevel } from "../fleet/topics.ts";
 import { printable } from "../log/printable.ts";
 import { messageOf } from "../log/error-message.ts";

@@ -104,7 +104,7 @@ export class LightHeaders implements Headers {
     for (const key of [...this.#values.keys()].sort()) {
       const list = this.#values.get(key);
       if (list === undefined) continue; // deleted by a callback during iteration
-      if (key === "set-cookie") for (const value of list) yield [key, value];
+      if (key === "set-cookie") { for (const value of list) yield [key, value]; }
       else yield [key, list.join(", ")];
     }
   }

@@ -47,9 +47,7 @@ export const policyCommand: Command = {
     const policy = await resolvePolicy(parsed.values.config);
     const data = policyToData(policy);
     io.stdout(
-      output === "json"
-        ? JSON.stringify(data, null, 2) + "\n"
-        : `# edgeplug effective policy from ${policy.source}, every default filled in\n${stringify(data, { lineWidth: 0 })}`,
+      output === "json" ? JSON.stringify(data, null, 2) + "\n" : `# edgeplug effective policy from ${policy.source}, every default filled in\n${stringify(data, { lineWidth: 0 })}`,
     );
     return EXIT_OK;
   },

@@ -11,7 +11,7 @@ import type { Policy } from "../policy/types.ts";
 import { decisionOnlyFactories } from "../handlers/handler-kinds.ts";
 import { decideHandler, HandlerSet } from "../pluginmanager/handler-set.ts";
 import { checkSocketFile } from "../pluginmanager/registration.ts";
-import { pluginInfoProblem, RegistrationConnection, type PluginInfoSummary } from "../pluginmanager/registration-client.ts";
+import { pluginInfoProblem, type PluginInfoSummary, RegistrationConnection } from "../pluginmanager/registration-client.ts";
 import { classifyRpcError, type RpcFailure } from "../rpc/rpc-error.ts";
 import { messageOf } from "../log/error-message.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";

@@ -7,8 +7,18 @@ import { isPermanentRefusal, outcomeIsKnown, silentSockets } from "./reconcile-o
 
 function plugin(name: string | null, state: PluginRecord["state"], reason: FailureReason | null = null): PluginRecord {
   return {
-    socket: `/r/${name ?? "unnamed"}.sock`, type: null, name, endpoint: null, versions: [], state, attempts: 1, registeredAt: null,
-    error: reason === null ? null : `refused: ${reason}`, reason, discoveredAt: new Date(0), lastAttemptAt: null,
+    socket: `/r/${name ?? "unnamed"}.sock`,
+    type: null,
+    name,
+    endpoint: null,
+    versions: [],
+    state,
+    attempts: 1,
+    registeredAt: null,
+    error: reason === null ? null : `refused: ${reason}`,
+    reason,
+    discoveredAt: new Date(0),
+    lastAttemptAt: null,
   };
 }
 

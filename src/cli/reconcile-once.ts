@@ -9,10 +9,10 @@
  * retrying cannot fix (no handler, the policy, the socket's owner), so a
  * permanent refusal never waits out `--timeout`.
  */
-import { buildReport, hasExpectations, reportToText, REPORT_SCHEMA, type DevicePluginsSeen, type Expectations } from "../api/report.ts";
+import { buildReport, type DevicePluginsSeen, type Expectations, hasExpectations, REPORT_SCHEMA, reportToText } from "../api/report.ts";
 import type { ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { buildStatus } from "../api/status.ts";
-import type { Logger, LogFormat } from "../log/logger.ts";
+import type { LogFormat, Logger } from "../log/logger.ts";
 import { formatDuration } from "../policy/duration.ts";
 import type { Policy } from "../policy/types.ts";
 import type { Failure, FailureReason } from "../pluginmanager/types.ts";
@@ -112,7 +112,11 @@ function cannotStart(error: unknown, io: CommandIO, output: "text" | "json", for
 }
 
 const PERMANENT_FAILURES: ReadonlySet<FailureReason> = new Set([
-  "socket_owner", "invalid_info", "no_handler", "handler_unavailable", "policy",
+  "socket_owner",
+  "invalid_info",
+  "no_handler",
+  "handler_unavailable",
+  "policy",
 ]);
 
 /** Refused for a reason retrying cannot fix while the policy and the plugin stay as they are (no handler, policy, owner, invalid info). */
@@ -156,10 +160,8 @@ export function outcomeIsKnown(plugins: readonly PluginRecord[], expectations: E
   if (everySocketCounts) {
     return (expectationsMet && registered.length === plugins.length) || plugins.some(isPermanentRefusal);
   }
-  const mayStillBe = (name: string) =>
-    plugins.some((plugin) => plugin.state !== "registered" && !isPermanentRefusal(plugin) && (plugin.name === null || plugin.name === name));
-  const refusedForGood = (name: string) =>
-    plugins.some((plugin) => plugin.name === name && isPermanentRefusal(plugin)) && !mayStillBe(name);
+  const mayStillBe = (name: string) => plugins.some((plugin) => plugin.state !== "registered" && !isPermanentRefusal(plugin) && (plugin.name === null || plugin.name === name));
+  const refusedForGood = (name: string) => plugins.some((plugin) => plugin.name === name && isPermanentRefusal(plugin)) && !mayStillBe(name);
   return expectationsMet || unmetNames.some(refusedForGood);
 }
 

@@ -7,7 +7,7 @@ import { once } from "node:events";
 import process from "node:process";
 import { EdgeplugAgent } from "../agent/agent.ts";
 import { logDeviceHealth } from "../devicemanager/health-log.ts";
-import { REPORT_SCHEMA, type Expectations } from "../api/report.ts";
+import { type Expectations, REPORT_SCHEMA } from "../api/report.ts";
 import type { Logger } from "../log/logger.ts";
 import { applyDaemonV8Flags } from "../platform/daemon-v8-flags.ts";
 import { serviceNotifier } from "../platform/sd-notify.ts";

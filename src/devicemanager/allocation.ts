@@ -9,7 +9,7 @@ import type { ContainerAllocateResponse } from "../gen/deviceplugin/v1beta1/api_
 import { peerMessageOf } from "../log/error-message.ts";
 import type { ContainerDevices, PodDevices } from "./pod-devices.ts";
 import { ALLOCATE_ANSWER_LIMITS, answerBytes, entryDeviceIds } from "./pod-devices.ts";
-import { EndpointStoppedError, type DevicePluginEndpoint } from "./endpoint.ts";
+import { type DevicePluginEndpoint, EndpointStoppedError } from "./endpoint.ts";
 import { healthyNodeIndex, type ResourceTable } from "./resources.ts";
 import { chooseDevices, groupByNode, type TopologyPolicy } from "./topology.ts";
 import { hasControlCharacter } from "../log/printable.ts";

@@ -25,7 +25,7 @@ import type { DeviceCheckpoint } from "./checkpoint/device-checkpoint.ts";
 import { allocationStatus } from "./device-status.ts";
 import type { DeviceEvents } from "./device-events.ts";
 import { PLUGIN_CALL_TIMEOUTS } from "./endpoint.ts";
-import { entryDeviceIds, type ContainerDevices, type PodDevices } from "./pod-devices.ts";
+import { type ContainerDevices, entryDeviceIds, type PodDevices } from "./pod-devices.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { TopologyPolicy } from "./topology.ts";
 import type { AutomaticReleaseCause, OwnerLifetimes } from "./owner-lifetimes.ts";
@@ -46,8 +46,7 @@ export const MAX_WAITING_ALLOCATIONS = 128;
  * for one resource is never cut sooner than its calls' own timeouts would
  * cut it, and one for 64 resources cannot hold the others up 64 times as long.
  */
-export const ALLOCATION_REQUEST_DEADLINE_MS =
-  PLUGIN_CALL_TIMEOUTS.getPreferredAllocationMs + PLUGIN_CALL_TIMEOUTS.allocateMs + PLUGIN_CALL_TIMEOUTS.preStartContainerMs;
+export const ALLOCATION_REQUEST_DEADLINE_MS = PLUGIN_CALL_TIMEOUTS.getPreferredAllocationMs + PLUGIN_CALL_TIMEOUTS.allocateMs + PLUGIN_CALL_TIMEOUTS.preStartContainerMs;
 
 export interface AllocatorParts {
   resources: ResourceTable;

@@ -69,7 +69,9 @@ test("unknown fields are skipped, a repeated ID keeps its last value and a repea
     .tag(2, WireType.LengthDelimited).string("Healthy")
     .tag(3, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.Varint).int64(4).finish()).finish())
     .tag(1, WireType.LengthDelimited).string("last")
-    .tag(3, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(2, WireType.Varint).int32(1).tag(1, WireType.Varint).int64(5).finish()).finish())
+    .tag(3, WireType.LengthDelimited).bytes(
+      new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(2, WireType.Varint).int32(1).tag(1, WireType.Varint).int64(5).finish()).finish(),
+    )
     .finish();
   const bytes = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(device).tag(5, WireType.LengthDelimited).string("ignored").finish();
   const read = readDeviceList(view(bytes), 100);
@@ -100,7 +102,9 @@ test(`up to ${MAX_NUMA_NODES_PER_DEVICE} NUMA nodes per device, over repeated to
   // 2 bytes per empty NUMANode: a small message naming ever more nodes must be refused, not read at a copy per node.
   const empty = new BinaryWriter();
   for (let i = 0; i < 5000; i++) empty.tag(1, WireType.LengthDelimited).bytes(new Uint8Array(0));
-  const flood = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new BinaryWriter().tag(1, WireType.LengthDelimited).string("x").tag(3, WireType.LengthDelimited).bytes(empty.finish()).finish()).finish();
+  const flood = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(
+    new BinaryWriter().tag(1, WireType.LengthDelimited).string("x").tag(3, WireType.LengthDelimited).bytes(empty.finish()).finish(),
+  ).finish();
   for (const refused of [device([half, half, 1]), flood]) {
     assert.match(String(readDeviceList(view(refused), 10)), new RegExp(`device 0 of the list cannot be read: its topology lists more than ${MAX_NUMA_NODES_PER_DEVICE} NUMA nodes`));
   }

@@ -14,8 +14,8 @@
  */
 import type { AllocationStatus, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../log/logger.ts";
-import { systemClock, type Clock } from "../platform/clock.ts";
-import { DeviceCheckpoint, type CheckpointState } from "./checkpoint/device-checkpoint.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
+import { type CheckpointState, DeviceCheckpoint } from "./checkpoint/device-checkpoint.ts";
 import { OwnerLifetimes } from "./owner-lifetimes.ts";
 import { DeviceEvents } from "./device-events.ts";
 import type { AllocationRequest, GrantedAllocation } from "./allocation.ts";
@@ -25,10 +25,18 @@ import { PluginConnections } from "./connections.ts";
 import { PodDevices } from "./pod-devices.ts";
 import type { RestoreResult } from "./checkpoint/checkpoint.ts";
 import { MAX_DEPARTED_RESOURCES } from "./resource-bounds.ts";
-import { healthyIds, ResourceTable, type ResourceState } from "./resources.ts";
+import { healthyIds, type ResourceState, ResourceTable } from "./resources.ts";
 import type { ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
 import { sharedSocketRefusal } from "../endpoints/endpoint-check.ts";
-import { defaultEndpointRules, liveEndpointRefusal, ownSocketRefusal, watchedEndpointRefusal, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
+import {
+  defaultEndpointRules,
+  type EndpointHolder,
+  type LiveEndpointLookup,
+  liveEndpointRefusal,
+  ownSocketRefusal,
+  watchedEndpointRefusal,
+  type WatchedEndpointRules,
+} from "../endpoints/endpoint-rules.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
 
 export type { ConnectOptions, DeviceChange, DeviceManagerOptions, DeviceSettings } from "./types.ts";
@@ -102,18 +110,15 @@ export class DeviceManager {
       lifetimes: () => this.#lifetimes,
     });
     const lifetimes = options.ownerLifetimes;
-    this.#lifetimes =
-      lifetimes === undefined
-        ? null
-        : new OwnerLifetimes({
-            file: options.readOnly ? null : lifetimes.file,
-            clock,
-            log: this.#log,
-            watcher: lifetimes.watcher,
-            holdsDevices: (owner) => this.#pods.ownerEntries(owner).length > 0,
-            release: async (owner, cause) => (await this.#allocator.release(owner, cause)).length,
-            observe: lifetimes.observeAutomaticRelease,
-          });
+    this.#lifetimes = lifetimes === undefined ? null : new OwnerLifetimes({
+      file: options.readOnly ? null : lifetimes.file,
+      clock,
+      log: this.#log,
+      watcher: lifetimes.watcher,
+      holdsDevices: (owner) => this.#pods.ownerEntries(owner).length > 0,
+      release: async (owner, cause) => (await this.#allocator.release(owner, cause)).length,
+      observe: lifetimes.observeAutomaticRelease,
+    });
   }
 
   /** Settings a policy reload may change. */
@@ -136,8 +141,8 @@ export class DeviceManager {
     const { realPath } = endpoint;
     return (
       ownSocketRefusal(endpoint, this.#settings.endpointRules.ownSockets) ??
-      sharedSocketRefusal(realPath, this.#resourceOnEndpoint(endpoint), resource) ??
-      liveEndpointRefusal(realPath, this.#liveElsewhere?.(endpoint), "device plugin")
+        sharedSocketRefusal(realPath, this.#resourceOnEndpoint(endpoint), resource) ??
+        liveEndpointRefusal(realPath, this.#liveElsewhere?.(endpoint), "device plugin")
     );
   }
 

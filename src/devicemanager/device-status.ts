@@ -9,9 +9,9 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AllocationStatus, CheckpointStatus, ResourceStatus } from "../gen/edgeplug/v1/agent_pb.ts";
 import { AllocationStatusSchema, CheckpointStatusSchema, ResourceStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { CheckpointState } from "./device-manager.ts";
-import { entryDeviceIds, type ContainerDevices } from "./pod-devices.ts";
+import { type ContainerDevices, entryDeviceIds } from "./pod-devices.ts";
 import type { OwnerLifetime } from "./owner-lifetimes.ts";
-import { sortedHealthyIds, sortedUnhealthyIds, type ResourceState } from "./resources.ts";
+import { type ResourceState, sortedHealthyIds, sortedUnhealthyIds } from "./resources.ts";
 
 export class ResourceStatusView {
   readonly #cache = new WeakMap<ResourceState, { version: number; status: ResourceStatus }>();

@@ -6,7 +6,7 @@
  * device list) to the listener, refusing a bad message without ending the
  * stream; the listener hears once when the stream ends.
  */
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import type { GenService } from "@bufbuild/protobuf/codegenv2";
 import type { ContainerAllocateResponse, DevicePluginOptions } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import { DevicePlugin, EmptySchema } from "../gen/deviceplugin/v1beta1/api_pb.ts";
@@ -146,7 +146,7 @@ export class DevicePluginEndpoint {
       let lastGood: Uint8Array | null = null;
       let lastList: DeviceList | null = null;
       const budget = new ListBudget();
-      for (let open = true; open && !this.#closed; ) {
+      for (let open = true; open && !this.#closed;) {
         open = false;
         let lists = 0;
         try {
@@ -209,14 +209,14 @@ export class DevicePluginEndpoint {
       this.#client.getPreferredAllocation(
         { containerRequests: [{ availableDeviceIDs: available, mustIncludeDeviceIDs: mustInclude, allocationSize: size }] },
         { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.getPreferredAllocationMs },
-      ),
+      )
     );
     return response.containerResponses[0]?.deviceIDs ?? [];
   }
 
   async allocate(deviceIds: string[], caller?: AbortSignal): Promise<ContainerAllocateResponse> {
     const response = await this.#call(() =>
-      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.allocateMs }),
+      this.#client.allocate({ containerRequests: [{ devicesIds: deviceIds }] }, { signal: this.#callSignal(caller), timeoutMs: PLUGIN_CALL_TIMEOUTS.allocateMs })
     );
     const first = response.containerResponses[0];
     if (!first) throw new Error(`no containers return in allocation response ${JSON.stringify({ containerResponses: [] })}`);

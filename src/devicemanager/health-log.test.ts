@@ -16,8 +16,7 @@ test("health changes: one line per change, changes within the interval told toge
   const stop = logDeviceHealth(devices, log, clock);
   const plugin = await connected(t, devices, R1, { devices: devices3([]) });
   const health = () => lines.filter((line) => line.msg === "device health changed");
-  const listed = (unhealthy: string[]) =>
-    waitForDeviceState(devices, `unhealthy ${unhealthy}`, () => JSON.stringify(devices.resource(R1)?.unhealthy) === JSON.stringify(unhealthy));
+  const listed = (unhealthy: string[]) => waitForDeviceState(devices, `unhealthy ${unhealthy}`, () => JSON.stringify(devices.resource(R1)?.unhealthy) === JSON.stringify(unhealthy));
   assert.equal(health().length, 0, "a first list of healthy devices is no health change");
 
   plugin.setDevices(devices3(["d1"]));

@@ -12,7 +12,7 @@
  * devices without a change of health makes no line.
  */
 import type { Logger } from "../log/logger.ts";
-import { systemClock, type Clock } from "../platform/clock.ts";
+import { type Clock, systemClock } from "../platform/clock.ts";
 import type { DeviceManager } from "./device-manager.ts";
 
 export const HEALTH_LOG_INTERVAL_MS = 1000;

@@ -32,4 +32,3 @@ export class ListBudget {
     return wait;
   }
 }
-

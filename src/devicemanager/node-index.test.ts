@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { DeviceList, type DeviceInfo } from "./device-list.ts";
+import { type DeviceInfo, DeviceList } from "./device-list.ts";
 import { NodeIndex } from "./node-index.ts";
 import { chooseDevices, filterByAffinity, singleNodeHint } from "./topology.ts";
 
@@ -106,9 +106,9 @@ test("the index's hint, split and choice agree with the plain per-device choice 
         const plugin = (calls: unknown[][]): Preferred | null =>
           offersPreferred
             ? async (...args) => {
-                calls.push(args);
-                return answer;
-              }
+              calls.push(args);
+              return answer;
+            }
             : null;
         const [expectedCalls, calls] = [[], []] as unknown[][][];
         const expected = await model.choose(list, free, count, plugin(expectedCalls!));

@@ -47,7 +47,7 @@ export class NodeIndex {
       if (distinct.length > 1) several.set(id, distinct);
       for (const node of distinct.length > 0 ? distinct : [NO_NUMA_NODE]) {
         let ids = members.get(node);
-        if (!ids) members.set(node, (ids = []));
+        if (!ids) members.set(node, ids = []);
         ids.push(id);
       }
     }

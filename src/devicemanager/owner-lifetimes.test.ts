@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { createLogger } from "../log/logger.ts";
 import type { ProcessWatcher } from "../platform/process-watch.ts";
 import { manualClock } from "../../test/support/manual-clock.ts";
-import { OWNER_LIFETIME_LIMITS, OwnerLifetimes, type AutomaticReleaseCause } from "./owner-lifetimes.ts";
+import { type AutomaticReleaseCause, OWNER_LIFETIME_LIMITS, OwnerLifetimes } from "./owner-lifetimes.ts";
 
 /** Owners holding devices, releases made, and lifetimes on a manual clock with no side file. */
 function setup(options: { failReleases?: number } = {}) {

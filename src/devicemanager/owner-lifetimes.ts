@@ -31,7 +31,7 @@ import process from "node:process";
 import type { Logger } from "../log/logger.ts";
 import type { Clock } from "../platform/clock.ts";
 import { messageOf } from "../log/error-message.ts";
-import { MAX_PID, processIdentity, type ProcessIdentity, type ProcessWatch, type ProcessWatcher } from "../platform/process-watch.ts";
+import { MAX_PID, type ProcessIdentity, processIdentity, type ProcessWatch, type ProcessWatcher } from "../platform/process-watch.ts";
 import { formatDuration } from "../policy/duration.ts";
 import { AllocationError } from "./allocation.ts";
 
@@ -155,7 +155,9 @@ export class OwnerLifetimes {
         abandon: () => {},
       };
     }
-    if (current === undefined && holds) throw new AllocationError(`owner ${owner} holds its devices until released; release it first to give it ${requested.kind === "process" ? "a process" : "a lease"}`);
+    if (current === undefined && holds) {
+      throw new AllocationError(`owner ${owner} holds its devices until released; release it first to give it ${requested.kind === "process" ? "a process" : "a lease"}`);
+    }
     if (requested.kind === "process") {
       const { pid } = requested;
       if (!Number.isInteger(pid) || pid < 1 || pid > MAX_PID) throw new AllocationError(`owner pid must be between 1 and ${MAX_PID}, got ${pid}`);
@@ -343,8 +345,9 @@ export class OwnerLifetimes {
   #sideFile(): SideFile {
     const owners: SideFile["owners"] = {};
     for (const [owner, bound] of this.#bound) {
-      owners[owner] =
-        bound.kind === "process" ? { pid: bound.pid, startTime: bound.startTime, since: bound.since } : { leaseExpiresAt: bound.expiresAt, leaseMs: bound.durationMs, since: bound.since };
+      owners[owner] = bound.kind === "process"
+        ? { pid: bound.pid, startTime: bound.startTime, since: bound.since }
+        : { leaseExpiresAt: bound.expiresAt, leaseMs: bound.durationMs, since: bound.since };
     }
     return { version: 1, owners };
   }

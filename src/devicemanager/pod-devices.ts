@@ -70,7 +70,7 @@ export class PodDevices {
 
   add(entry: ContainerDevices): void {
     let containers = this.#owners.get(entry.owner);
-    if (!containers) this.#owners.set(entry.owner, (containers = new Map()));
+    if (!containers) this.#owners.set(entry.owner, containers = new Map());
     const replaced = containers.get(key(entry.container, entry.resource));
     if (replaced) this.#countAnswer(replaced, -(this.#answerBytes.get(replaced) ?? 0));
     containers.set(key(entry.container, entry.resource), entry);

@@ -17,16 +17,16 @@
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
-import { Code, ConnectError, createContextKey, createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, createContextKey, createContextValues } from "@connectrpc/connect";
 import { Registration } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import type { Logger } from "../log/logger.ts";
-import { ApiRateLimiter, REGISTRATION_RATE_LIMITS, REGISTRATION_SOCKET_LIMITS, type ApiRateLimits, type ListenerLimits } from "../server/limits.ts";
+import { ApiRateLimiter, type ApiRateLimits, type ListenerLimits, REGISTRATION_RATE_LIMITS, REGISTRATION_SOCKET_LIMITS } from "../server/limits.ts";
 import { serveGuardedGrpc } from "../server/guarded-grpc.ts";
 import { claimSocketPath } from "../server/socket-guard.ts";
 import type { UnixServer } from "../rpc/unix-server.ts";
 import type { RequestReports } from "../rpc/request-reports.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
-import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
+import { isSameSocket, type PinnedSocket, pinSocket, socketAt, type SocketIdentity } from "../platform/pinned-socket.ts";
 import { messageOf } from "../log/error-message.ts";
 import type { DeviceManager } from "./device-manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
@@ -193,12 +193,11 @@ export function resolveEndpoint(directory: string, registrationSocket: string, e
   // A plugin that may write in the directory (most run as root there) could link a subdirectory elsewhere.
   const canonicalRelative = path.relative(canonicalDirectory(directory), opened.realPath);
   const registration = socketAt(registrationSocket);
-  const refusal =
-    canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)
-      ? { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` }
-      : opened.realPath === canonicalSocketPath(registrationSocket) || (registration !== null && isSameSocket(opened, registration))
-        ? itself
-        : null;
+  const refusal = canonicalRelative.startsWith(`..${path.sep}`) || path.isAbsolute(canonicalRelative)
+    ? { refused: `endpoint ${quoted} leads out of the device-plugin directory ${directory} through a symbolic link` }
+    : opened.realPath === canonicalSocketPath(registrationSocket) || (registration !== null && isSameSocket(opened, registration))
+    ? itself
+    : null;
   if (refusal === null) return opened;
   opened.close();
   return refusal;

@@ -13,7 +13,7 @@
  *   single-numa-node policy would choose, or none.
  */
 import type { TopologyPolicy } from "../policy/types.ts";
-import { NO_NUMA_NODE, type FreeDevices } from "./node-index.ts";
+import { type FreeDevices, NO_NUMA_NODE } from "./node-index.ts";
 
 export type { TopologyPolicy } from "../policy/types.ts";
 
@@ -168,7 +168,7 @@ export function groupByNode(devices: DeviceNodes, ids: string[]): Map<number, st
     const nodes = devices.nodesOf(id);
     for (const node of nodes.length > 0 ? nodes : [NO_NUMA_NODE]) {
       let list = groups.get(node);
-      if (!list) groups.set(node, (list = []));
+      if (!list) groups.set(node, list = []);
       list.push(id);
     }
   }

@@ -47,13 +47,13 @@ export interface DeviceManagerOptions extends DeviceSettings {
 export type DeviceChange =
   | { kind: "resource"; resource: string; removed: boolean }
   | {
-      kind: "allocation";
-      owner: string;
-      released: boolean;
-      /** resources newly allocated or freed */ resources: string[];
-      /** Set when the agent released the owner by itself. */
-      cause?: AutomaticReleaseCause;
-    };
+    kind: "allocation";
+    owner: string;
+    released: boolean;
+    /** resources newly allocated or freed */ resources: string[];
+    /** Set when the agent released the owner by itself. */
+    cause?: AutomaticReleaseCause;
+  };
 
 export interface ConnectOptions {
   signal?: AbortSignal;
@@ -72,4 +72,3 @@ export interface ConnectOptions {
    */
   admit?: () => string | null;
 }
-

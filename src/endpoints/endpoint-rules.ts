@@ -32,7 +32,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import process from "node:process";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
-import { isSameSocket, pinSocket, socketAt, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
+import { isSameSocket, type PinnedSocket, pinSocket, socketAt, type SocketIdentity } from "../platform/pinned-socket.ts";
 import type { Policy } from "../policy/types.ts";
 
 export interface WatchedEndpointRules {
@@ -105,7 +105,9 @@ export function watchedEndpointRefusal(endpoint: Pick<PinnedSocket, "realPath" |
     }
     const linked = watchedSocketLinkedTo(endpoint, watchDirs);
     if (linked !== null) {
-      return `endpoint ${quoted} is a hard link to ${JSON.stringify(linked)}, a socket in a watched directory that is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
+      return `endpoint ${quoted} is a hard link to ${
+        JSON.stringify(linked)
+      }, a socket in a watched directory that is not this plugin's registration socket ${registrationSocket}: it belongs to another plugin`;
     }
   }
   if (rules.socketOwners.includes(uid)) return null;
@@ -139,8 +141,7 @@ export function pinServiceEndpoint(
   if (!path.isAbsolute(socketPath)) return { refused: `${kind} endpoint ${JSON.stringify(endpoint)} is not an absolute unix socket path` };
   const opened = pinSocket(socketPath, service);
   if ("refused" in opened) return opened.missing ? { missing: opened.refused } : { refused: opened.refused };
-  const refused =
-    watchedEndpointRefusal(opened, registrationSocket, rules) ??
+  const refused = watchedEndpointRefusal(opened, registrationSocket, rules) ??
     liveEndpointRefusal(opened.realPath, liveElsewhere?.(opened), kind === "CSI" ? "CSI driver" : "DRA driver");
   if (refused === null) return { pinned: opened };
   opened.close();

@@ -150,22 +150,25 @@ export function fleetToJson(rows: NodeRow[], leftOut: number): Record<string, un
 /** A table, one row per node, every value from the broker with control characters escaped. */
 export function fleetToText(rows: NodeRow[], leftOut: number, now: Date): string {
   const header = ["NODE", "STATE", "OK", "LAST SEEN", "PLUGINS REG/FAILED/STALE", "DEVICES HEALTHY/TOTAL", "ALLOCATIONS", "ERROR"];
-  const cells = rows.map((row) => [
-    row.node,
-    row.state,
-    row.ok === null ? "-" : row.ok ? "yes" : "NO",
-    row.lastSeen === null || Number.isNaN(Date.parse(row.lastSeen)) ? "-" : `${age(new Date(row.lastSeen), now)} ago`,
-    `${row.plugins.registered}/${row.plugins.failed}/${row.plugins.stale}`,
-    `${row.devices.healthy}/${row.devices.total}`,
-    String(row.allocations),
-    row.error ?? "",
-  ].map(printable));
+  const cells = rows.map((row) =>
+    [
+      row.node,
+      row.state,
+      row.ok === null ? "-" : row.ok ? "yes" : "NO",
+      row.lastSeen === null || Number.isNaN(Date.parse(row.lastSeen)) ? "-" : `${age(new Date(row.lastSeen), now)} ago`,
+      `${row.plugins.registered}/${row.plugins.failed}/${row.plugins.stale}`,
+      `${row.devices.healthy}/${row.devices.total}`,
+      String(row.allocations),
+      row.error ?? "",
+    ].map(printable)
+  );
   // A loop, not Math.max(...cells): a spread of 100,000 arguments overflows the stack.
   const widths = header.map((title) => title.length);
   for (const cell of cells) cell.forEach((value, column) => (widths[column] = Math.max(widths[column]!, value.length)));
   const render = (line: string[]) => line.map((cell, column) => (column === line.length - 1 ? cell : cell.padEnd(widths[column]!))).join("  ").trimEnd();
   const json = fleetToJson(rows, leftOut);
-  const summary = `${json.nodes} nodes: ${json.online} online, ${json.offline} offline, ${json.stale} stale, ${json.notOk} not ok` + (leftOut > 0 ? `, ${leftOut} more left out (at most ${MAX_FLEET_NODES})` : "");
+  const summary = `${json.nodes} nodes: ${json.online} online, ${json.offline} offline, ${json.stale} stale, ${json.notOk} not ok` +
+    (leftOut > 0 ? `, ${leftOut} more left out (at most ${MAX_FLEET_NODES})` : "");
   if (rows.length === 0) return `${summary}\n`;
   return [summary, "", render(header), ...cells.map(render)].join("\n") + "\n";
 }

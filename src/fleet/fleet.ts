@@ -8,7 +8,7 @@ import type { FleetLinkStatus, StatusResponse } from "../gen/edgeplug/v1/agent_p
 import type { EventStream } from "../api/event-stream.ts";
 import type { Logger } from "../log/logger.ts";
 import type { Policy } from "../policy/types.ts";
-import { FleetLink, type FleetCounters } from "./link.ts";
+import { type FleetCounters, FleetLink } from "./link.ts";
 
 export interface FleetOptions {
   log: Logger;

@@ -14,7 +14,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IClientOptions, MqttClient } from "mqtt";
 import { clientOptions, closeClient, connectClient, later, reconnectDelay } from "./connect.ts";
-import { FleetLinkStatusSchema, type FleetLinkStatus, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
+import { type FleetLinkStatus, FleetLinkStatusSchema, type StatusResponse } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { EventStream } from "../api/event-stream.ts";
 import { statusToJson } from "../api/status.ts";
 import { eventToJson } from "../api/event-json.ts";
@@ -22,7 +22,7 @@ import type { Logger } from "../log/logger.ts";
 import { messageOf } from "../log/error-message.ts";
 import { EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import type { FleetPolicy } from "../policy/types.ts";
-import { fleetTopic, MAX_FLEET_PAYLOAD_BYTES, type FleetTopicKind, type OnlinePayload } from "./topics.ts";
+import { fleetTopic, type FleetTopicKind, MAX_FLEET_PAYLOAD_BYTES, type OnlinePayload } from "./topics.ts";
 import { EventQueue, gapPayload } from "./event-queue.ts";
 
 /** Events published and not yet acknowledged at once. */
@@ -35,7 +35,11 @@ export const REGISTRATION_HOLD_MAX_MS = 500;
 export type LinkState = "connecting" | "connected" | "error";
 
 /** Kept by the agent across links (a reload makes a new link): what the metrics and status count. */
-export interface FleetCounters { publishes: number; drops: number; reconnects: number }
+export interface FleetCounters {
+  publishes: number;
+  drops: number;
+  reconnects: number;
+}
 
 export interface FleetLinkOptions {
   policy: FleetPolicy;
@@ -221,7 +225,11 @@ export class FleetLink {
     if (this.#heartbeat) clearTimeout(this.#heartbeat);
     this.#statusTimer?.();
     this.#holdTimer?.();
-    this.#retryTimer = this.#heartbeat = this.#statusTimer = this.#holdTimer = null;
+    this.#retryTimer =
+      this.#heartbeat =
+      this.#statusTimer =
+      this.#holdTimer =
+        null;
   }
 
   #setState(state: LinkState, error: string | null): void {
@@ -481,4 +489,3 @@ export class FleetLink {
     }
   }
 }
-

@@ -11,15 +11,15 @@
  * the socket dialled.
  */
 import { create } from "@bufbuild/protobuf";
-import { CsiDriverStatusSchema, type CsiDriverStatus } from "../gen/edgeplug/v1/agent_pb.ts";
+import { type CsiDriverStatus, CsiDriverStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
 import { messageOf } from "../log/error-message.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
-import { NodeGetInfoFailed, queryCsiNode, type CsiNodeInfo } from "./csi-node.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
-import { compareVersions, formatVersion, goQuotedList, highestSupportedVersion, type GenericVersion } from "./csi-versions.ts";
+import { type CsiNodeInfo, NodeGetInfoFailed, queryCsiNode } from "./csi-node.ts";
+import { defaultEndpointRules, type EndpointHolder, type LiveEndpointLookup, pinServiceEndpoint, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
+import { compareVersions, formatVersion, type GenericVersion, goQuotedList, highestSupportedVersion } from "./csi-versions.ts";
 
 export interface CsiDriversOptions {
   log: Logger;

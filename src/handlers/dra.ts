@@ -13,7 +13,7 @@
  * which is the socket dialled.
  */
 import { create } from "@bufbuild/protobuf";
-import { DraDriverStatusSchema, type DraDriverStatus } from "../gen/edgeplug/v1/agent_pb.ts";
+import { type DraDriverStatus, DraDriverStatusSchema } from "../gen/edgeplug/v1/agent_pb.ts";
 import type { Logger } from "../log/logger.ts";
 import type { HandlerPolicy } from "../policy/types.ts";
 import type { PluginHandler, PluginRegistration } from "../pluginmanager/types.ts";
@@ -22,7 +22,7 @@ import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { canonicalSocketPath } from "../platform/canonical-path.ts";
 import { messageOf } from "../log/error-message.ts";
 import { isSameSocket, type PinnedSocket, type SocketIdentity } from "../platform/pinned-socket.ts";
-import { defaultEndpointRules, pinServiceEndpoint, type EndpointHolder, type LiveEndpointLookup, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
+import { defaultEndpointRules, type EndpointHolder, type LiveEndpointLookup, pinServiceEndpoint, type WatchedEndpointRules } from "../endpoints/endpoint-rules.ts";
 
 /** The DRA services edgeplug serves, as the kubelet lists them (newest first). */
 export const SUPPORTED_DRA_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"] as const;

@@ -16,7 +16,7 @@
  */
 import { createLogger } from "../log/logger.ts";
 import type { HandlerFactory } from "../pluginmanager/types.ts";
-import { csiDraDrivers, type CsiDraDrivers } from "./csi-dra.ts";
+import { type CsiDraDrivers, csiDraDrivers } from "./csi-dra.ts";
 import { DeviceManager } from "../devicemanager/device-manager.ts";
 import { DevicePluginHandler } from "./device-plugin.ts";
 import { GenericHandler } from "./generic.ts";

@@ -59,9 +59,7 @@ function derive(shared: LoggerSettings, bound: LogFields): Logger {
     if (severity[level] < severity[shared.level]) return;
     const record = { ...bound, ...fields };
     shared.write(
-      shared.format === "json"
-        ? formatJson(shared.now(), level, message, record)
-        : formatText(shared.now(), level, message, record),
+      shared.format === "json" ? formatJson(shared.now(), level, message, record) : formatText(shared.now(), level, message, record),
     );
   };
   return {

@@ -113,11 +113,7 @@ export function pinSocket(socket: string, service = "DevicePlugin"): PinnedSocke
   const quoted = JSON.stringify(socket);
   const opened = pinFile(socket);
   if (opened === null) return { refused: `no socket at ${quoted} (serve ${service} there before registering)`, missing: true };
-  const refused = opened.stat.isSymbolicLink()
-    ? `endpoint ${quoted} is a symbolic link; name the socket itself`
-    : opened.stat.isSocket()
-      ? null
-      : `endpoint ${quoted} is not a unix socket`;
+  const refused = opened.stat.isSymbolicLink() ? `endpoint ${quoted} is a symbolic link; name the socket itself` : opened.stat.isSocket() ? null : `endpoint ${quoted} is not a unix socket`;
   if (refused === null) return opened;
   opened.close();
   return { refused, missing: false };

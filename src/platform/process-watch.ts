@@ -128,10 +128,9 @@ function createWatcher(): ProcessWatcher {
       if (now === null || now.startTime !== identity.startTime) {
         native.closeFd(fd);
         return {
-          refused:
-            now === null
-              ? `process ${identity.pid} is not running`
-              : `process ${identity.pid} is not the process named: it started at ${now.startTime}, not ${identity.startTime} (clock ticks after boot): the PID was reused`,
+          refused: now === null
+            ? `process ${identity.pid} is not running`
+            : `process ${identity.pid} is not the process named: it started at ${now.startTime}, not ${identity.startTime} (clock ticks after boot): the PID was reused`,
         };
       }
       let open = true;

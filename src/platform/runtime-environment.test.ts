@@ -1,13 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import {
-  CLEAN_RESTART_MARKER,
-  ignoredWarning,
-  LIBRARY_VARIABLES,
-  planEnvironment,
-  RUNTIME_VARIABLES,
-  UNIT_ONLY_VARIABLES,
-} from "./runtime-environment.ts";
+import { CLEAN_RESTART_MARKER, ignoredWarning, LIBRARY_VARIABLES, planEnvironment, RUNTIME_VARIABLES, UNIT_ONLY_VARIABLES } from "./runtime-environment.ts";
 
 const plain = { ipcChannel: false, clusterWorker: false };
 

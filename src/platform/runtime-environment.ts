@@ -32,8 +32,7 @@ export const RUNTIME_VARIABLES: readonly IgnoredVariable[] = [
   { name: "NODE_CHANNEL_SERIALIZATION_MODE", effect: "how that IPC channel encodes its messages" },
   {
     name: "NODE_UNIQUE_ID",
-    effect:
-      "the agent runs as a cluster worker: it asks the other end of an IPC channel for every socket it listens on, and without a channel it never listens and exits 0",
+    effect: "the agent runs as a cluster worker: it asks the other end of an IPC channel for every socket it listens on, and without a channel it never listens and exits 0",
   },
   { name: "NODE_ICU_DATA", effect: "ICU data files looked up and loaded from that directory" },
   { name: "OPENSSL_CONF", effect: "an OpenSSL configuration loaded at start, whose providers and engines are shared libraries: native code run as root before any JavaScript" },
@@ -47,7 +46,7 @@ export const LIBRARY_VARIABLES: readonly IgnoredVariable[] = [
   { name: "BUF_BIGINT_DISABLE", effect: "@bufbuild/protobuf represents 64-bit integers (device topology IDs) as strings instead of bigints" },
   { name: "MQTTJS_SOCKS_PROXY", effect: "mqtt.js sends the fleet link through that SOCKS proxy (the fleet link refuses to start under it)" },
   { name: "DEBUG", effect: "the debug library (used by mqtt.js) prints the fleet link's packets and state on stderr" },
-  { name: "READABLE_STREAM", effect: "readable-stream (used by mqtt.js) swaps in Node's own stream module when it is \"disable\"" },
+  { name: "READABLE_STREAM", effect: 'readable-stream (used by mqtt.js) swaps in Node\'s own stream module when it is "disable"' },
   { name: "WS_NO_BUFFER_UTIL", effect: "ws (bundled with mqtt.js, never used for mqtt:// and mqtts://) skips its optional native module" },
   { name: "WS_NO_UTF_8_VALIDATE", effect: "ws (bundled with mqtt.js, never used for mqtt:// and mqtts://) skips its optional native module" },
 ];

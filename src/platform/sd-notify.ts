@@ -23,7 +23,7 @@
  * await notifier?.close(1000);
  * ```
  */
-import { execFile, type ChildProcess } from "node:child_process";
+import { type ChildProcess, execFile } from "node:child_process";
 import fs from "node:fs";
 import process from "node:process";
 import type { Logger } from "../log/logger.ts";

@@ -14,10 +14,12 @@ import type { HandlerContext, HandlerFactories, PluginHandler } from "./types.ts
 import { isUnder } from "./watcher.ts";
 
 /** A declared type's handler, or (`unavailable`: what its plugins are told) none in this build. */
-export type HandlerEntry = { type: string; policy: HandlerPolicy } & (
-  | { handler: PluginHandler; unavailable?: undefined }
-  | { handler?: undefined; unavailable: string }
-);
+export type HandlerEntry =
+  & { type: string; policy: HandlerPolicy }
+  & (
+    | { handler: PluginHandler; unavailable?: undefined }
+    | { handler?: undefined; unavailable: string }
+  );
 type AvailableHandler = Extract<HandlerEntry, { handler: PluginHandler }>;
 
 export class HandlerSet {
@@ -33,8 +35,8 @@ export class HandlerSet {
         kept && isDeepStrictEqual(kept.policy, handlerPolicy)
           ? kept
           : factory
-            ? { type, policy: handlerPolicy, handler: factory(handlerPolicy, context) }
-            : { type, policy: handlerPolicy, unavailable: `handler ${type} is not available in this build` },
+          ? { type, policy: handlerPolicy, handler: factory(handlerPolicy, context) }
+          : { type, policy: handlerPolicy, unavailable: `handler ${type} is not available in this build` },
       );
     }
   }
@@ -60,9 +62,8 @@ export function decideHandler(policy: Policy, handlers: HandlerSet, socket: stri
   if (!entry.handler) return { refusal: { reason: "handler_unavailable", error: entry.unavailable } };
   // The deepest watch directory holding the socket is the one it was found in.
   const dir = policy.watch.filter((watch) => isUnder(socket, watch.path)).sort((a, b) => b.path.length - a.path.length)[0];
-  const error =
-    dir?.types && !dir.types.includes(info.type)
-      ? `plugin type ${info.type} is not accepted from watch directory ${dir.path} (types ${JSON.stringify(dir.types)})`
-      : (nameRefusal(entry.policy, info.name) ?? versionRefusal(entry.policy, info.versions));
+  const error = dir?.types && !dir.types.includes(info.type)
+    ? `plugin type ${info.type} is not accepted from watch directory ${dir.path} (types ${JSON.stringify(dir.types)})`
+    : (nameRefusal(entry.policy, info.name) ?? versionRefusal(entry.policy, info.versions));
   return error ? { refusal: { reason: "policy", error } } : { entry };
 }

@@ -135,7 +135,14 @@ export class PluginManager {
 
 /** A Record, so that tsc fails when a hook is added to the observer and not here. */
 const OBSERVER_HOOKS: Record<keyof PluginManagerObserver, true> = {
-  heartbeat: true, socketChanged: true, attemptStarted: true, attemptEnded: true, attemptSettled: true, deregistered: true, watchLimitsChanged: true, stopped: true,
+  heartbeat: true,
+  socketChanged: true,
+  attemptStarted: true,
+  attemptEnded: true,
+  attemptSettled: true,
+  deregistered: true,
+  watchLimitsChanged: true,
+  stopped: true,
 };
 
 /** One observer that tells each of `observers` in turn, logging what one throws. */

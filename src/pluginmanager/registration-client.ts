@@ -66,8 +66,7 @@ export function pluginInfoProblem(info: PluginInfoSummary): string | null {
     const length = Buffer.byteLength(value);
     return length > bytes ? `PluginInfo.${field} is ${length} bytes, more than ${bytes} (${JSON.stringify(value.slice(0, 40))}...)` : null;
   };
-  const problem =
-    tooLong("name", info.name, limits.nameBytes) ??
+  const problem = tooLong("name", info.name, limits.nameBytes) ??
     tooLong("type", info.type, limits.typeBytes) ??
     tooLong("endpoint", info.endpoint, limits.endpointBytes) ??
     (info.versions.length > limits.versions ? `PluginInfo.supported_versions has ${info.versions.length} entries, more than ${limits.versions}` : null) ??

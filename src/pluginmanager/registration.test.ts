@@ -33,9 +33,27 @@ const refusals: [string, FakePluginOptions["info"], Partial<TestPolicyOptions>, 
   ["an undeclared type", { type: "acme.io/Unknown", name: "x" }, {}, "no_handler", (socket) => `RegisterPlugin error -- no handler registered for plugin type: acme.io/Unknown at socket ${socket}`],
   ["a built-in type not in this build", { type: "DevicePlugin", name: "acme.io/gpu", versions: ["v1beta1"] }, {}, "handler_unavailable", () => "handler DevicePlugin is not available in this build"],
   ["a type its directory does not accept", sensor(), { watch: [] }, "policy", (_socket, dir) => `plugin type acme.io/Sensor is not accepted from watch directory ${dir} (types ["DevicePlugin"])`],
-  ["a name outside allow", sensor("other.io/x"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"] } } }, "policy", () => `plugin name other.io/x is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`],
-  ["a denied name (deny wins over allow)", sensor("acme.io/beta"), { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*beta"] } } }, "policy", () => `plugin name acme.io/beta is denied by handler acme.io/Sensor (deny "*beta")`],
-  ["versions the policy does not accept", { ...sensor(), versions: ["v2", "v3"] }, { handlers: { "acme.io/Sensor": { versions: ["v1"] } } }, "policy", () => `none of the plugin's versions ["v2","v3"] is accepted by handler acme.io/Sensor (versions ["v1"])`],
+  [
+    "a name outside allow",
+    sensor("other.io/x"),
+    { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"] } } },
+    "policy",
+    () => `plugin name other.io/x is not allowed by handler acme.io/Sensor (allow ["acme.io/*"])`,
+  ],
+  [
+    "a denied name (deny wins over allow)",
+    sensor("acme.io/beta"),
+    { handlers: { "acme.io/Sensor": { allow: ["acme.io/*"], deny: ["*beta"] } } },
+    "policy",
+    () => `plugin name acme.io/beta is denied by handler acme.io/Sensor (deny "*beta")`,
+  ],
+  [
+    "versions the policy does not accept",
+    { ...sensor(), versions: ["v2", "v3"] },
+    { handlers: { "acme.io/Sensor": { versions: ["v1"] } } },
+    "policy",
+    () => `none of the plugin's versions ["v2","v3"] is accepted by handler acme.io/Sensor (versions ["v1"])`,
+  ],
 ];
 
 for (const [what, info, policy, reason, message] of refusals) {

@@ -179,7 +179,7 @@ async function getInfoOnceListening(
   signal: AbortSignal,
 ): Promise<PluginInfoSummary> {
   const graceEnds = desired.discoveredAt.getTime() + LISTEN_GRACE_MS;
-  for (let delayMs = 1; ; delayMs *= 2) {
+  for (let delayMs = 1;; delayMs *= 2) {
     try {
       return await connection.getInfo(getInfoMs, signal);
     } catch (error) {

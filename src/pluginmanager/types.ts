@@ -7,8 +7,18 @@ export type AttemptState = "registered" | "failed" | "stale" | "aborted";
 
 /** Why an attempt failed, set where it failed; docs/metrics.md explains each. */
 export const ATTEMPT_FAILURES = [
-  "stale", "socket_missing", "socket_owner", "get_info", "invalid_info", "no_handler",
-  "handler_unavailable", "policy", "max_plugins", "validation", "register", "notify",
+  "stale",
+  "socket_missing",
+  "socket_owner",
+  "get_info",
+  "invalid_info",
+  "no_handler",
+  "handler_unavailable",
+  "policy",
+  "max_plugins",
+  "validation",
+  "register",
+  "notify",
 ] as const;
 export type AttemptFailure = (typeof ATTEMPT_FAILURES)[number];
 

@@ -68,10 +68,8 @@ function recordingLog() {
       events.emit("change");
     },
   });
-  const count = (level: string, message: RegExp, target: string) =>
-    records.filter((r) => r.level === level && message.test(r.msg) && r.path === target).length;
-  const waitFor = (level: string, message: RegExp, target: string) =>
-    waitForEvent(events, `a ${level} log ${message} for ${target}`, () => count(level, message, target) > 0, 5000);
+  const count = (level: string, message: RegExp, target: string) => records.filter((r) => r.level === level && message.test(r.msg) && r.path === target).length;
+  const waitFor = (level: string, message: RegExp, target: string) => waitForEvent(events, `a ${level} log ${message} for ${target}`, () => count(level, message, target) > 0, 5000);
   return { log, records, count, waitFor };
 }
 

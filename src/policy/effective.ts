@@ -16,7 +16,7 @@ import type { LogFormat, LogLevel } from "../log/logger.ts";
 import { formatDuration, parseDuration } from "./duration.ts";
 import { normalizeDir } from "./rules.ts";
 import { HANDLER_LIST_DEFAULTS } from "./schema.ts";
-import { isBuiltinPluginType, type FleetPolicy, type HandlerPolicy, type Policy } from "./types.ts";
+import { type FleetPolicy, type HandlerPolicy, isBuiltinPluginType, type Policy } from "./types.ts";
 
 interface FilledHandler {
   kind?: "generic";

@@ -7,8 +7,7 @@
 type Schema = Record<string, unknown>;
 
 /** An MQTT broker URL: `mqtt://` or `mqtts://`, a host name, IPv4 or `[IPv6]` address, and an optional port; no path. */
-export const BROKER_URL_PATTERN =
-  "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$";
+export const BROKER_URL_PATTERN = "^mqtts?://(?:[A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(?::(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$";
 /** Topic levels separated by `/`, none empty, without MQTT's wildcards `+` and `#`. */
 export const TOPIC_PREFIX_PATTERN = "^[^/+#\\u0000]+(?:/[^/+#\\u0000]+)*$";
 /** Most brokers one fleet link cycles through. */
@@ -25,8 +24,7 @@ export interface SchemaParts {
 
 /** `fleet:` (docs/fleet.md): left out, the node publishes nothing. */
 export function fleetSchema({ expecting, duration, section, stringList, absolutePathPattern }: SchemaParts): Schema {
-  const nullablePath = (description: string): Schema =>
-    expecting("an absolute path or null", { description, type: ["string", "null"], pattern: absolutePathPattern, default: null });
+  const nullablePath = (description: string): Schema => expecting("an absolute path or null", { description, type: ["string", "null"], pattern: absolutePathPattern, default: null });
   return expecting("a mapping with brokers and optionally clientId, prefix, qos, keepalive, usernameFile, passwordFile, tls, minInterval, events", {
     description: "Publishing this node's status and events to an MQTT broker (docs/fleet.md); left out, nothing is published",
     type: "object",
@@ -45,7 +43,7 @@ export function fleetSchema({ expecting, duration, section, stringList, absolute
         minLength: 1,
         maxLength: 128,
       }),
-      prefix: expecting("topic levels like \"edgeplug\" or \"site/a\" without +, # or empty levels", {
+      prefix: expecting('topic levels like "edgeplug" or "site/a" without +, # or empty levels', {
         description: "First topic levels: topics are PREFIX/v1/NODE/online, status and events",
         type: "string",
         pattern: TOPIC_PREFIX_PATTERN,

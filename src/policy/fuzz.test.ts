@@ -61,10 +61,57 @@ const int = (below: number) => Math.floor(next() * below);
 
 /** Fragments that stress YAML and the loader: aliases, anchors, tags, indicators, odd characters. */
 const FRAGMENTS = [
-  "&a ", "*a", "&b [1, 2]", "*b", "*missing", "<<: *a", "!!binary aGk=", "!!str ", "!custom ", "!!map {}", "? [x]\n: y",
-  "[", "]", "{", "}", ": ", "- ", "\t", "\n", "\r\n", "#", "'", '"', "|\n  text", ">-\n  text", "---\n", "...\n",
-  "%YAML 1.2\n", "\u0000", "\u001b[31m", "\ufeff", "é", "🙂", "~", "null", "true", "0x1F", "1e999", "-1", "1.5",
-  "596h31m23.648s", "0s", "1ns", "999999999999h", "__proto__: {}", "constructor: 1", "/", "//x", "*", "0o17", ".inf",
+  "&a ",
+  "*a",
+  "&b [1, 2]",
+  "*b",
+  "*missing",
+  "<<: *a",
+  "!!binary aGk=",
+  "!!str ",
+  "!custom ",
+  "!!map {}",
+  "? [x]\n: y",
+  "[",
+  "]",
+  "{",
+  "}",
+  ": ",
+  "- ",
+  "\t",
+  "\n",
+  "\r\n",
+  "#",
+  "'",
+  '"',
+  "|\n  text",
+  ">-\n  text",
+  "---\n",
+  "...\n",
+  "%YAML 1.2\n",
+  "\u0000",
+  "\u001b[31m",
+  "\ufeff",
+  "é",
+  "🙂",
+  "~",
+  "null",
+  "true",
+  "0x1F",
+  "1e999",
+  "-1",
+  "1.5",
+  "596h31m23.648s",
+  "0s",
+  "1ns",
+  "999999999999h",
+  "__proto__: {}",
+  "constructor: 1",
+  "/",
+  "//x",
+  "*",
+  "0o17",
+  ".inf",
 ];
 
 function mutate(text: string): string {
@@ -100,24 +147,46 @@ function mutate(text: string): string {
 
 /** A random policy-shaped document: mostly plausible values, sometimes the wrong type. */
 function generated(): string {
-  const value = (good: () => unknown): unknown =>
-    next() < 0.95 ? good() : pick([null, 7, -1, "text", [], {}, true, ["a"], { k: 1 }, 1.5, ""]);
+  const value = (good: () => unknown): unknown => next() < 0.95 ? good() : pick([null, 7, -1, "text", [], {}, true, ["a"], { k: 1 }, 1.5, ""]);
   const duration = () => pick(["1s", "500ms", "2m2s", "0", "0s", "1h", "1.5s", "250µs", "596h31m23.647s", "600h"]);
-  const maybe = (entries: [string, () => unknown][]) =>
-    Object.fromEntries(entries.filter(() => next() < 0.4).map(([key, make]) => [key, value(make)]));
+  const maybe = (entries: [string, () => unknown][]) => Object.fromEntries(entries.filter(() => next() < 0.4).map(([key, make]) => [key, value(make)]));
   const policy: Record<string, unknown> = {
     version: next() < 0.95 ? 1 : pick([2, "1", null]),
     watch: next() < 0.95 ? [{ path: pick(["/a", "/b/"]) }] : value(() => []),
   };
-  Object.assign(policy, maybe([
-    ["nodeName", () => pick(["edge-01", "", "Node"])],
-    ["watch", () => Array.from({ length: int(3) }, () => maybe([["path", () => pick(["/a", "/b/", "rel", "/a//"])], ["recursive", () => next() < 0.5], ["types", () => [pick(["CSIPlugin", "x.io/T", "DevicePlugin", ""])]]]))],
-    ["handlers", () => maybe([["DevicePlugin", () => maybe([["allow", () => ["*"]], ["kind", () => "generic"]])], ["x.io/T", () => maybe([["kind", () => pick(["generic", "builtin"])], ["versions", () => [pick(["v1", ""])]]])]])],
-    ["reconcile", () => maybe([["resync", duration], ["backoff", () => maybe([["initial", duration], ["max", duration]])], ["timeouts", () => maybe([["dial", duration], ["getInfo", duration], ["notify", duration]])]])],
-    ["security", () => maybe([["socketOwners", () => [int(3), pick([0, -1, 4294967296])]], ["maxPlugins", () => int(3)]])],
-    ["api", () => maybe([["socket", () => pick(["/run/x.sock", null, "x"])], ["metrics", () => pick(["127.0.0.1:9478", ":0", "[::1]:70000", null])]])],
-    ["log", () => maybe([["level", () => pick(["info", "debug", "loud"])], ["format", () => pick(["json", "text", "xml"])]])],
-  ]));
+  Object.assign(
+    policy,
+    maybe([
+      ["nodeName", () => pick(["edge-01", "", "Node"])],
+      [
+        "watch",
+        () =>
+          Array.from(
+            { length: int(3) },
+            () => maybe([["path", () => pick(["/a", "/b/", "rel", "/a//"])], ["recursive", () => next() < 0.5], ["types", () => [pick(["CSIPlugin", "x.io/T", "DevicePlugin", ""])]]]),
+          ),
+      ],
+      [
+        "handlers",
+        () =>
+          maybe([["DevicePlugin", () => maybe([["allow", () => ["*"]], ["kind", () => "generic"]])], [
+            "x.io/T",
+            () => maybe([["kind", () => pick(["generic", "builtin"])], ["versions", () => [pick(["v1", ""])]]]),
+          ]]),
+      ],
+      [
+        "reconcile",
+        () =>
+          maybe([["resync", duration], ["backoff", () => maybe([["initial", duration], ["max", duration]])], [
+            "timeouts",
+            () => maybe([["dial", duration], ["getInfo", duration], ["notify", duration]]),
+          ]]),
+      ],
+      ["security", () => maybe([["socketOwners", () => [int(3), pick([0, -1, 4294967296])]], ["maxPlugins", () => int(3)]])],
+      ["api", () => maybe([["socket", () => pick(["/run/x.sock", null, "x"])], ["metrics", () => pick(["127.0.0.1:9478", ":0", "[::1]:70000", null])]])],
+      ["log", () => maybe([["level", () => pick(["info", "debug", "loud"])], ["format", () => pick(["json", "text", "xml"])]])],
+    ]),
+  );
   if (next() < 0.1) policy[pick(["unknown", "wacth", "Version"])] = 1;
   const text = stringify(policy, { aliasDuplicateObjects: next() < 0.5 });
   return next() < 0.2 ? mutate(text) : text;

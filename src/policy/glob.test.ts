@@ -50,8 +50,7 @@ test("agrees with a regular-expression reference on many generated cases", () =>
     seed = (seed * 1103515245 + 12345) % 2 ** 31;
     return seed >>> 16;
   };
-  const word = (alphabet: string, max: number) =>
-    Array.from({ length: next() % (max + 1) }, () => alphabet[next() % alphabet.length]).join("");
+  const word = (alphabet: string, max: number) => Array.from({ length: next() % (max + 1) }, () => alphabet[next() % alphabet.length]).join("");
   for (let i = 0; i < 5000; i++) {
     const pattern = word("ab/*", 6);
     const text = word("ab/", 8);

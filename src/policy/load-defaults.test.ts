@@ -206,4 +206,3 @@ test("resolvePolicy: --config, else the system policy when present, else the emb
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
-

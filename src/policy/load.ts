@@ -23,17 +23,17 @@
 import { Buffer } from "node:buffer";
 import fs from "node:fs";
 import { promisify } from "node:util";
-import { Composer, isAlias, isMap, LineCounter, visit, YAMLParseError, type CST, type Document } from "yaml";
+import { Composer, type CST, type Document, isAlias, isMap, LineCounter, visit, YAMLParseError } from "yaml";
 import { messageOf } from "../log/error-message.ts";
 import { defaultPolicyData, EMBEDDED_DEFAULT_SOURCE } from "./default-policy.ts";
-import { toPolicy, type FilledPolicy } from "./effective.ts";
+import { type FilledPolicy, toPolicy } from "./effective.ts";
 import { PolicyError, type PolicyIssue } from "./errors.ts";
 import { keyIssues, semanticIssues } from "./rules.ts";
 import { schemaIssues } from "./schema-issues.ts";
 import { keyText, SourceMap } from "./source-map.ts";
 import type { Policy } from "./types.ts";
 import { validatePolicyData } from "./validator.ts";
-import { inSlices, inSlicesSync, scanYaml, type ScanResult } from "./yaml-scan.ts";
+import { inSlices, inSlicesSync, type ScanResult, scanYaml } from "./yaml-scan.ts";
 
 export { MAX_NESTING_DEPTH, MAX_YAML_NODES, MAX_YAML_TOKENS } from "./yaml-scan.ts";
 
@@ -238,9 +238,7 @@ function toData(doc: Document, source: SourceMap): unknown {
       Alias: (_key, node) => {
         const missing = source.resolve(node) === null;
         if (!missing && issue !== undefined) return undefined;
-        const message = missing
-          ? `invalid YAML: alias *${node.source} has no anchor &${node.source} before it`
-          : `invalid YAML: aliases expand to more than ${MAX_ALIAS_COUNT} nodes (an alias bomb?)`;
+        const message = missing ? `invalid YAML: alias *${node.source} has no anchor &${node.source} before it` : `invalid YAML: aliases expand to more than ${MAX_ALIAS_COUNT} nodes (an alias bomb?)`;
         issue = source.issueAtOffset(node.range?.[0] ?? 0, [], message);
         return missing ? visit.BREAK : undefined;
       },

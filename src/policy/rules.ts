@@ -59,10 +59,9 @@ export function keyIssues(source: SourceMap): PolicyIssue[] {
           firstLine.set(key, source.lineOf(keyNode));
         } else {
           const shown = JSON.stringify(key.length > 80 ? `${key.slice(0, 77)}...` : key);
-          const message =
-            segments.length === 1 && segments[0] === "handlers"
-              ? `expected each handler type declared once, got ${key} declared again (first at line ${seenAt})`
-              : `expected each key once, got ${shown} again (first at line ${seenAt})`;
+          const message = segments.length === 1 && segments[0] === "handlers"
+            ? `expected each handler type declared once, got ${key} declared again (first at line ${seenAt})`
+            : `expected each key once, got ${shown} again (first at line ${seenAt})`;
           issues.push(source.issueAtOffset(keyNode.range?.[0] ?? 0, [...segments, key], message));
         }
         walk(pair.value, [...segments, key]);

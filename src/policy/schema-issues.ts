@@ -24,8 +24,7 @@ export function schemaIssues(source: SourceMap, data: unknown, errors: readonly 
 
 function schemaIssue(source: SourceMap, data: unknown, error: ErrorObject): PolicyIssue {
   const segments = pointerSegments(error.instancePath, data);
-  const parentSchema = () =>
-    schemaNodeAt(error.schemaPath.slice(0, error.schemaPath.lastIndexOf("/"))) as Record<string, unknown> | undefined;
+  const parentSchema = () => schemaNodeAt(error.schemaPath.slice(0, error.schemaPath.lastIndexOf("/"))) as Record<string, unknown> | undefined;
   const params = error.params as Record<string, unknown>;
   switch (error.keyword) {
     case "additionalProperties": {

@@ -75,7 +75,7 @@ test("unknown keys are refused everywhere; only handlers takes open keys, each a
   }
 });
 
-test("durations are checked with duration.ts's pattern, and \"0\" is a duration", () => {
+test('durations are checked with duration.ts\'s pattern, and "0" is a duration', () => {
   assert.ok(POLICY_DURATION_PATTERN.includes(DURATION_PATTERN));
   const policy = (gracePeriod: unknown) => ({ version: 1, watch: [{ path: "/x" }], devicePlugins: { gracePeriod } });
   for (const good of ["0", "0s", "5m", "1h2m3.5s", "250µs"]) assert.deepEqual(validatePolicyData(policy(good)), [], good);

@@ -25,8 +25,7 @@ export const POLICY_DURATION_PATTERN = `^0$|${DURATION_PATTERN}`;
 /** Every path in the policy is absolute: the agent's working directory is not part of the contract. */
 export const ABSOLUTE_PATH_PATTERN = "^/";
 /** `host:port` for the metrics listener: a host name, an IPv4 address, `[IPv6]` or nothing (all interfaces), and a port 0-65535. */
-export const LISTEN_ADDRESS_PATTERN =
-  "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$";
+export const LISTEN_ADDRESS_PATTERN = "^(?:[A-Za-z0-9.-]*|\\[[0-9A-Fa-f:.]+\\]):(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$";
 
 type Schema = Record<string, unknown>;
 
@@ -68,8 +67,7 @@ const nullableAbsolutePath = (description: string, defaultValue: string): Schema
     default: defaultValue,
   });
 
-const positiveInteger = (description: string, defaultValue: number): Schema =>
-  expecting("an integer of at least 1", { description, type: "integer", minimum: 1, default: defaultValue });
+const positiveInteger = (description: string, defaultValue: number): Schema => expecting("an integer of at least 1", { description, type: "integer", minimum: 1, default: defaultValue });
 
 /**
  * A mapping of settings. An optional section defaults to `{}`, so that ajv
@@ -84,16 +82,14 @@ const section = (description: string, properties: Record<string, Schema>, requir
     properties,
   });
 
-const stringList = (phrase: string, schema: Schema): Schema =>
-  expecting(phrase, { ...schema, type: "array" });
+const stringList = (phrase: string, schema: Schema): Schema => expecting(phrase, { ...schema, type: "array" });
 
 const nonEmptyString: Schema = expecting("a non-empty string", { type: "string", minLength: 1 });
 const anyString: Schema = expecting("a string", { type: "string" });
 
 const handlerFields: Record<string, Schema> = {
   versions: stringList("a non-empty list of version strings", {
-    description:
-      "Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any",
+    description: "Accepted plugin versions; a plugin is accepted when any of its versions is listed. Built-ins: narrows the kubelet's own list; generic: omitted accepts any",
     minItems: 1,
     items: nonEmptyString,
   }),
@@ -164,8 +160,7 @@ export const POLICY_SCHEMA: Schema = expecting("a mapping (the policy) with at l
       ),
     }),
     handlers: expecting("a mapping of plugin type to handler, with at least one handler", {
-      description:
-        "Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins",
+      description: "Plugin type (PluginInfo.type) -> how it is handled. Built-ins: DevicePlugin, CSIPlugin, DRAPlugin; any other type needs kind: generic. Omitted: the three built-ins",
       type: "object",
       minProperties: 1,
       propertyNames: expecting("a non-empty plugin type", { type: "string", minLength: 1 }),

@@ -10,7 +10,7 @@
  * source.issueAt(["log", "level"], "value", "expected one of ..., got 3"); // { line: 5, column: 10, ... }
  * ```
  */
-import { isAlias, isMap, isScalar, isSeq, type Document, type LineCounter, type Node as YamlNode, type YAMLMap } from "yaml";
+import { type Document, isAlias, isMap, isScalar, isSeq, type LineCounter, type Node as YamlNode, type YAMLMap } from "yaml";
 import type { PolicyIssue } from "./errors.ts";
 
 /** One step of a key path: a mapping key or a list index. */

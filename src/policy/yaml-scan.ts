@@ -22,7 +22,7 @@
  */
 import process from "node:process";
 import { setImmediate as nextTurn } from "node:timers/promises";
-import { CST, Lexer, Parser, type LineCounter } from "yaml";
+import { CST, Lexer, type LineCounter, Parser } from "yaml";
 
 /** Lexical tokens of any kind a policy may have; a real one has a few thousand. */
 export const MAX_YAML_TOKENS = 100_000;

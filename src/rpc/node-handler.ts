@@ -10,7 +10,7 @@
  * those left out.
  */
 import { Code, ConnectError, createConnectRouter } from "@connectrpc/connect";
-import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse, type ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip, type ConnectNodeAdapterOptions, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { Logger } from "../log/logger.ts";
 import { peerMessageOf } from "../log/error-message.ts";
 

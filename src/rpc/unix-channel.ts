@@ -197,8 +197,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
 
   const sessionManager: Http2SessionProvider = {
     authority: new URL(BASE_URL).origin,
-    request: (method, path, headers, requestOptions) =>
-      openStream({ ...headers, ":method": method, ":path": path }, requestOptions),
+    request: (method, path, headers, requestOptions) => openStream({ ...headers, ":method": method, ":path": path }, requestOptions),
     notifyResponseByteRead() {
       // No keepalive pings on a local socket: a dead peer closes the connection.
     },

@@ -8,7 +8,7 @@ import type { ConnectRouter, ContextValues, HandlerContext } from "@connectrpc/c
 import type { Duplex } from "node:stream";
 import { createLogger, type Logger } from "../log/logger.ts";
 import { withServableAuthority } from "./authority.ts";
-import { type RequestReports, reportRefusedStreams } from "./request-reports.ts";
+import { reportRefusedStreams, type RequestReports } from "./request-reports.ts";
 import { withPortableGrpcMessage } from "./grpc-message.ts";
 import { connectRequestListener, HandlerFailureLog } from "./node-handler.ts";
 

@@ -63,8 +63,7 @@ export function descriptorsNeeded(parts: { listenerConnections: number; maxPlugi
 export function logDescriptorLimit(log: Logger, policy: Policy, bounds: { attemptsAtOnce: number; maxProcessOwners: number }, limit = readDescriptorLimit()): void {
   if (!limit) return;
   const needed = descriptorsNeeded({
-    listenerConnections:
-      (policy.api.socket === null ? 0 : API_SOCKET_LIMITS.maxConnections) +
+    listenerConnections: (policy.api.socket === null ? 0 : API_SOCKET_LIMITS.maxConnections) +
       (policy.api.metrics === null ? 0 : METRICS_LISTENER_LIMITS.maxConnections) +
       (policy.devicePlugins.registrationSocket === null || !policy.handlers.has("DevicePlugin") ? 0 : REGISTRATION_SOCKET_LIMITS.maxConnections) +
       (policy.podResources.socket === null ? 0 : POD_RESOURCES_SOCKET_LIMITS.maxConnections),

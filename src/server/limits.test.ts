@@ -42,10 +42,12 @@ test("the largest Allocate request that can be granted stays under half the allo
   });
   assert.equal(request.resources[0]!.resource.length, 316);
   const escapedJson = toJsonString(AllocateRequestSchema, request).replaceAll("\u20ac", "\\u20ac");
-  for (const [encoding, bytes] of [
-    ["protobuf", toBinary(AllocateRequestSchema, request).length],
-    ["JSON, escaped", Buffer.byteLength(escapedJson)],
-  ] as const) {
+  for (
+    const [encoding, bytes] of [
+      ["protobuf", toBinary(AllocateRequestSchema, request).length],
+      ["JSON, escaped", Buffer.byteLength(escapedJson)],
+    ] as const
+  ) {
     assert.ok(bytes * 2 < ALLOCATION_REQUEST_MAX_BYTES, `${encoding}: ${bytes} bytes`);
   }
 });

@@ -51,8 +51,7 @@ export class SocketInUseError extends Error {
 
 const hints: Record<SocketRole, string> = {
   "edgeplug-api": "stop it or set api.socket to another path (null disables the API)",
-  "kubelet-registration":
-    "stop it or set devicePlugins.registrationSocket to another path (null disables it)",
+  "kubelet-registration": "stop it or set devicePlugins.registrationSocket to another path (null disables it)",
   "kubelet-pod-resources": "stop it or set podResources.socket to another path (null disables it)",
 };
 
@@ -138,10 +137,12 @@ async function identifyHolder(socketPath: string, timeoutMs: number): Promise<st
   if (agent.kind === "not-grpc") return "an unknown process (it does not speak gRPC)";
   if (agent.kind === "silent") return "an unknown process (it accepts connections but does not answer)";
   if (agent.kind === "gone") return "an unknown process (it went away while being identified)";
-  for (const [service, method] of [
-    [Registration, "register"],
-    [PodResourcesLister, "list"],
-  ] as const) {
+  for (
+    const [service, method] of [
+      [Registration, "register"],
+      [PodResourcesLister, "list"],
+    ] as const
+  ) {
     const result = await probe(socketPath, service, method, timeoutMs);
     if (result.kind === "answered" || result.kind === "status") {
       return `a kubelet or another edgeplug (it serves ${service.typeName})`;

@@ -36,7 +36,14 @@ test("operations on two different sockets run at the same time (operation_execut
   const started: string[] = [];
   const release = gate();
   for (const key of ["/r/a.sock", "/r/b.sock"]) {
-    assert.equal(executor.run(key, async () => { started.push(key); await release.promise; return succeeded; }), "started");
+    assert.equal(
+      executor.run(key, async () => {
+        started.push(key);
+        await release.promise;
+        return succeeded;
+      }),
+      "started",
+    );
   }
   await Promise.resolve();
   await Promise.resolve();
@@ -50,7 +57,11 @@ test("a second operation on the same socket is refused while the first runs, and
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const release = gate();
   let runs = 0;
-  const operation = async () => { runs++; await release.promise; return succeeded; };
+  const operation = async () => {
+    runs++;
+    await release.promise;
+    return succeeded;
+  };
   assert.equal(executor.run("/r/a.sock", operation), "started");
   assert.equal(executor.run("/r/a.sock", operation), "already-running");
   assert.equal(executor.isRunning("/r/a.sock"), true);
@@ -59,7 +70,13 @@ test("a second operation on the same socket is refused while the first runs, and
   await ended;
   assert.equal(runs, 1);
   assert.equal(executor.isRunning("/r/a.sock"), false);
-  assert.equal(executor.run("/r/a.sock", async () => { runs++; return succeeded; }), "started");
+  assert.equal(
+    executor.run("/r/a.sock", async () => {
+      runs++;
+      return succeeded;
+    }),
+    "started",
+  );
   await executor.stop();
   assert.equal(runs, 2);
 });
@@ -143,9 +160,7 @@ test("abort fires the operation's signal and an aborted operation opens no backo
   const executor = new OperationExecutor({ backoff, clock, onReady: ready.onReady });
   let reason: unknown;
   const ended = ready.next("/r/a.sock");
-  executor.run("/r/a.sock", (signal) =>
-    new Promise((_, reject) => signal.addEventListener("abort", () => reject((reason = signal.reason)))),
-  );
+  executor.run("/r/a.sock", (signal) => new Promise((_, reject) => signal.addEventListener("abort", () => reject(reason = signal.reason))));
   executor.abort("/r/a.sock");
   await ended;
   assert.match(String(reason), /operation aborted/);
@@ -178,11 +193,15 @@ test("an operation that throws, at once or later, is a failure, not a crash", as
   const ready = readySignals();
   const executor = new OperationExecutor({ backoff, onReady: ready.onReady });
   const ended = ready.next("/r/a.sock");
-  executor.run("/r/a.sock", () => { throw new Error("boom"); });
+  executor.run("/r/a.sock", () => {
+    throw new Error("boom");
+  });
   await ended;
   assert.equal(executor.inBackoff("/r/a.sock"), true);
   const rejected = ready.next("/r/b.sock");
-  executor.run("/r/b.sock", async () => { throw new Error("boom"); });
+  executor.run("/r/b.sock", async () => {
+    throw new Error("boom");
+  });
   await rejected;
   assert.equal(executor.inBackoff("/r/b.sock"), true);
   await executor.stop();
@@ -195,8 +214,12 @@ test("stop aborts running operations, clears retry timers, refuses new ones and 
   await new Promise((resolve) => setImmediate(resolve));
   let aborted = false;
   executor.run("/r/hang.sock", (signal) =>
-    new Promise((_, reject) => signal.addEventListener("abort", () => { aborted = true; reject(signal.reason); })),
-  );
+    new Promise((_, reject) =>
+      signal.addEventListener("abort", () => {
+        aborted = true;
+        reject(signal.reason);
+      })
+    ));
   assert.equal(clock.pendingTimers(), 1);
   await executor.stop();
   assert.equal(aborted, true);
@@ -257,7 +280,13 @@ test("at most maxRunning operations run; the rest wait in line, first attempts a
   const woken: string[] = [];
   // The owner runs a woken key again until it registered, as the reconciler does.
   const executor: OperationExecutor = new OperationExecutor({
-    backoff, clock, maxRunning: 2, onReady: (key) => { woken.push(key); if (!done.has(key)) executor.run(key, operation(key)); },
+    backoff,
+    clock,
+    maxRunning: 2,
+    onReady: (key) => {
+      woken.push(key);
+      if (!done.has(key)) executor.run(key, operation(key));
+    },
   });
   assert.equal(executor.run("/r/a.sock", operation("/r/a.sock")), "started");
   assert.equal(executor.run("/r/b.sock", operation("/r/b.sock")), "started");

@@ -158,7 +158,7 @@ export class OperationExecutor {
 
   #state(key: string): KeyState {
     let state = this.#keys.get(key);
-    if (!state) this.#keys.set(key, (state = { failures: 0 }));
+    if (!state) this.#keys.set(key, state = { failures: 0 });
     return state;
   }
 

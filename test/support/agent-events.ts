@@ -59,8 +59,7 @@ export async function watchAgent(t: CleansUpAfter, apiSocket: string): Promise<A
   if (!snapshot) throw new Error(`the agent at ${apiSocket} ended WatchEvents before its snapshot`);
   return {
     view,
-    until: (what, check, timeoutMs = 10_000) =>
-      waitForEvent(changes, () => `${what} (last resources: ${describe(view)})`, () => check(view), timeoutMs),
+    until: (what, check, timeoutMs = 10_000) => waitForEvent(changes, () => `${what} (last resources: ${describe(view)})`, () => check(view), timeoutMs),
     close,
   };
 }

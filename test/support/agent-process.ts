@@ -3,7 +3,7 @@
  * end-to-end tests: a policy file in a temp dir, stderr parsed as JSON log
  * lines, and helpers that wait for what the agent says or does.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import * as fs from "node:fs";
 import * as path from "node:path";

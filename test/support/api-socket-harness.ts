@@ -59,13 +59,10 @@ export function postHttp1(socketPath: string, route: string, body: string, conne
         let text = "";
         response.setEncoding("utf8");
         response.on("data", (chunk: string) => (text += chunk));
-        response.on("end", () =>
-          resolve({ status: response.statusCode ?? 0, contentType: String(response.headers["content-type"]), body: text }),
-        );
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, contentType: String(response.headers["content-type"]), body: text }));
       },
     );
     request.on("error", reject);
     request.end(body);
   });
 }
-

@@ -5,14 +5,14 @@
  * makes) and a cluster of three NATS servers with MQTT and JetStream. And a
  * subscriber (mqtt.js) that keeps what it receives.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { once } from "node:events";
 import { connect, type MqttClient } from "mqtt";
 import { killAfter } from "./child-cleanup.ts";
-import { tempDir, type CleansUpAfter } from "./temp-dir.ts";
+import { type CleansUpAfter, tempDir } from "./temp-dir.ts";
 import { waitUntil } from "./wait.ts";
 
 /** A port free now: bound to 0, read, released (mosquitto cannot be told port 0). */

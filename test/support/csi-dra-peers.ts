@@ -5,7 +5,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { csiV1, draPackage, serviceOf } from "./kubelet-protos.ts";
-import { startGrpcServer, type GrpcPeer } from "./grpc-peers.ts";
+import { type GrpcPeer, startGrpcServer } from "./grpc-peers.ts";
 
 export interface CsiDriverOptions {
   /** GetPluginInfo's name. */

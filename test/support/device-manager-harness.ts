@@ -8,7 +8,7 @@ import type { TestContext } from "node:test";
 import { DeviceManager } from "../../src/devicemanager/device-manager.ts";
 import { createLogger } from "../../src/log/logger.ts";
 import type { Clock } from "../../src/platform/clock.ts";
-import { healthyDevices, startFakeDevicePlugin, waitForDeviceState, type FakeDevicePluginOptions } from "./fake-device-plugin.ts";
+import { type FakeDevicePluginOptions, healthyDevices, startFakeDevicePlugin, waitForDeviceState } from "./fake-device-plugin.ts";
 import { tempDir } from "./temp-dir.ts";
 
 export const R1 = "domain1.com/resource1";

@@ -15,8 +15,8 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import type { TestContext } from "node:test";
 import type { StatusJson } from "../../src/api/status.ts";
-import { runEdgeplug, startEdgeplug, type AgentProcess } from "./agent-process.ts";
-import { makeShortTempDir, removeDir, type CleansUpAfter } from "./temp-dir.ts";
+import { type AgentProcess, runEdgeplug, startEdgeplug } from "./agent-process.ts";
+import { type CleansUpAfter, makeShortTempDir, removeDir } from "./temp-dir.ts";
 
 export interface DeviceNode extends CleansUpAfter {
   dir: string;

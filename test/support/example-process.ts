@@ -4,7 +4,7 @@
  * what it does ("serving PATH", "registered", "Allocate: ..."), so tests
  * wait for the line instead of sleeping.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { EventEmitter } from "node:events";
 import * as path from "node:path";

@@ -96,7 +96,10 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
       call.on("cancelled", forget);
       call.on("close", forget);
     },
-    async GetPreferredAllocation(call: grpc.ServerUnaryCall<{ container_requests?: { available_deviceIDs?: string[]; must_include_deviceIDs?: string[]; allocation_size?: number }[] }, unknown>, callback: Callback) {
+    async GetPreferredAllocation(
+      call: grpc.ServerUnaryCall<{ container_requests?: { available_deviceIDs?: string[]; must_include_deviceIDs?: string[]; allocation_size?: number }[] }, unknown>,
+      callback: Callback,
+    ) {
       const responses = (call.request.container_requests ?? []).map((request) => {
         const entry = { available: request.available_deviceIDs ?? [], mustInclude: request.must_include_deviceIDs ?? [], size: request.allocation_size ?? 0 };
         preferredCalls.push(entry);
@@ -133,9 +136,7 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
       },
     });
   }
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-  );
+  await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${options.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())));
   return {
     socketPath: options.socketPath,
     allocateCalls,
@@ -149,8 +150,7 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
     sendRaw(message) {
       for (const stream of open) stream.write(message);
     },
-    waitForCalls: (kind, count = 1) =>
-      waitForEvent(events, `${count} ${kind} calls on ${options.socketPath}`, () => (kind === "allocate" ? allocateCalls : preferredCalls).length >= count, 5000),
+    waitForCalls: (kind, count = 1) => waitForEvent(events, `${count} ${kind} calls on ${options.socketPath}`, () => (kind === "allocate" ? allocateCalls : preferredCalls).length >= count, 5000),
     waitForStreams: (count = 1) => waitForEvent(events, `${count} ListAndWatch streams on ${options.socketPath}`, () => open.size >= count, 5000),
     endStreams() {
       for (const stream of open) stream.end();

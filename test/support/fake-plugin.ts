@@ -95,9 +95,7 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
   let stopListening = () => {};
   let dropConnections = () => server.drain(address, 0);
   if (options.listenDelayMs === undefined) {
-    await new Promise<void>((resolve, reject) =>
-      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())),
-    );
+    await new Promise<void>((resolve, reject) => server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve())));
   } else {
     const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
     stopListening = bindThenListen(options.socketPath, options.listenDelayMs, (connection) => {
@@ -107,8 +105,7 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
     });
     dropConnections = () => injector.drain(0);
   }
-  const waitFor = (what: string, check: () => boolean, timeoutMs = 5000) =>
-    waitForEvent(events, what, check, timeoutMs);
+  const waitFor = (what: string, check: () => boolean, timeoutMs = 5000) => waitForEvent(events, what, check, timeoutMs);
   return {
     socketPath: options.socketPath,
     getInfoCalls: () => getInfoCalls,
@@ -117,10 +114,8 @@ export async function startFakePlugin(options: FakePluginOptions): Promise<FakeP
       await waitFor(`a notification at ${options.socketPath}`, () => notifications.some(predicate), timeoutMs);
       return notifications.find(predicate)!;
     },
-    waitForConnections: (count, timeoutMs) =>
-      waitFor(`${count} connections at ${options.socketPath}`, () => connections >= count, timeoutMs),
-    waitForGetInfo: (count = 1, timeoutMs) =>
-      waitFor(`${count} GetInfo calls at ${options.socketPath}`, () => getInfoCalls >= count, timeoutMs),
+    waitForConnections: (count, timeoutMs) => waitFor(`${count} connections at ${options.socketPath}`, () => connections >= count, timeoutMs),
+    waitForGetInfo: (count = 1, timeoutMs) => waitFor(`${count} GetInfo calls at ${options.socketPath}`, () => getInfoCalls >= count, timeoutMs),
     dropConnections: () => dropConnections(),
     async stop() {
       stopListening();

@@ -11,7 +11,7 @@
  * toolchain or the packages are missing the tests skip, saying why; with
  * CI set (.ci/run sets it, and installs the packages) they fail instead.
  */
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { EventEmitter, once } from "node:events";
 import * as fs from "node:fs";

@@ -5,7 +5,7 @@
  * that do not speak gRPC. Everything returned here has a close() that
  * releases its sockets, so a test file exits as soon as its tests end.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as net from "node:net";
 import { fileURLToPath } from "node:url";
@@ -27,9 +27,7 @@ export async function startGrpcServer(socketPath: string, services: ServiceBindi
   const server = new grpc.Server();
   for (const [definition, implementation] of services) server.addService(definition, implementation);
   await new Promise<void>((resolve, reject) => {
-    server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) =>
-      error ? reject(error) : resolve(),
-    );
+    server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => error ? reject(error) : resolve());
   });
   let closing: Promise<void> | undefined;
   return {
@@ -65,9 +63,7 @@ export function callUnary<Res>(
   return new Promise((resolve, reject) => {
     const fn = (client as unknown as Record<string, (...args: unknown[]) => unknown>)[method];
     if (typeof fn !== "function") throw new Error(`grpc-js client has no method ${method}`);
-    fn.call(client, request, new grpc.Metadata(), { deadline }, (error: grpc.ServiceError | null, response: Res) =>
-      error ? reject(error) : resolve(response),
-    );
+    fn.call(client, request, new grpc.Metadata(), { deadline }, (error: grpc.ServiceError | null, response: Res) => error ? reject(error) : resolve(response));
   });
 }
 
@@ -160,8 +156,7 @@ export async function spawnRegistrationPlugin(
   });
   await new Promise<void>((resolve, reject) => {
     let output = "";
-    const onExit = (code: number | null, signal: NodeJS.Signals | null) =>
-      reject(new Error(`plugin process exited (${code ?? signal}) before listening on ${socketPath}`));
+    const onExit = (code: number | null, signal: NodeJS.Signals | null) => reject(new Error(`plugin process exited (${code ?? signal}) before listening on ${socketPath}`));
     child.once("exit", onExit);
     child.stdout?.on("data", (chunk: Buffer) => {
       output += chunk.toString();

@@ -4,17 +4,7 @@
  * data really covers every field of every message the services use.
  */
 import assert from "node:assert/strict";
-import {
-  create,
-  equals,
-  ScalarType,
-  toJsonString,
-  type DescField,
-  type DescMessage,
-  type DescMethod,
-  type DescService,
-  type Message,
-} from "@bufbuild/protobuf";
+import { create, type DescField, type DescMessage, type DescMethod, type DescService, equals, type Message, ScalarType, toJsonString } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { isWrapperDesc } from "@bufbuild/protobuf/wkt";
 

@@ -32,12 +32,10 @@ export function loadProto(relativePath: string): grpc.GrpcObject {
 
 type ServiceCtor = grpc.ServiceClientConstructor;
 
-export const pluginRegistration = () =>
-  (loadProto("pluginregistration/v1/api.proto").pluginregistration as grpc.GrpcObject).Registration as ServiceCtor;
+export const pluginRegistration = () => (loadProto("pluginregistration/v1/api.proto").pluginregistration as grpc.GrpcObject).Registration as ServiceCtor;
 export const devicePluginV1beta1 = () => loadProto("deviceplugin/v1beta1/api.proto").v1beta1 as grpc.GrpcObject;
 export const podResourcesV1 = () => loadProto("podresources/v1/api.proto").v1 as grpc.GrpcObject;
-export const edgeplugV1 = () =>
-  ((loadProto("edgeplug/v1/agent.proto").edgeplug as grpc.GrpcObject).v1 as grpc.GrpcObject);
+export const edgeplugV1 = () => ((loadProto("edgeplug/v1/agent.proto").edgeplug as grpc.GrpcObject).v1 as grpc.GrpcObject);
 export const csiV1 = () => ((loadProto("csi/v1/csi.proto").csi as grpc.GrpcObject).v1 as grpc.GrpcObject);
 /** The DRA kubelet plugin API; `version` is "v1" or "v1beta1" (package k8s.io.kubelet.pkg.apis.dra.<version>). */
 export const draPackage = (version: "v1" | "v1beta1") =>

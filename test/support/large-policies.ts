@@ -71,8 +71,7 @@ export function inputsAtTheBounds(): LargeInput[] {
   // Nodes before the repeated part: version, 1, watch, [, {, path, /a.
   const keys = Math.floor((MAX_YAML_NODES - 7) / 2);
   const entries = Math.floor((MAX_YAML_NODES - 3) / 4);
-  const at = (prefix: string, unit: (index: number) => string, count: number, suffix = "") =>
-    repeated(Infinity, prefix, unit, suffix, count);
+  const at = (prefix: string, unit: (index: number) => string, count: number, suffix = "") => repeated(Infinity, prefix, unit, suffix, count);
   const depth = MAX_NESTING_DEPTH - 1;
   return [
     { name: `${items} wrong watch entries`, text: at("version: 1\nwatch:\n", () => "- 1\n", items) },

@@ -20,14 +20,12 @@ const info: unknown = JSON.parse(infoJson);
 const server = new grpc.Server();
 server.addService(pluginRegistration().service, {
   GetInfo: (_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => callback(null, info),
-  NotifyRegistrationStatus: (_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) =>
-    callback(null, {}),
+  NotifyRegistrationStatus: (_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => callback(null, {}),
 });
 if (devicesJson !== undefined) {
   const devices: unknown = JSON.parse(devicesJson);
   server.addService(serviceOf(devicePluginV1beta1(), "DevicePlugin").service, {
-    GetDevicePluginOptions: (_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) =>
-      callback(null, {}),
+    GetDevicePluginOptions: (_call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => callback(null, {}),
     ListAndWatch: (call: grpc.ServerWritableStream<unknown, unknown>) => call.write({ devices }),
   });
 }

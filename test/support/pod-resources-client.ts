@@ -47,9 +47,7 @@ export function podResourcesClient(t: CleansUpAfter, socket: string): PodResourc
   const client = new Lister(`unix:${socket}`, grpc.credentials.createInsecure());
   t.after(() => client.close());
   const call = <T>(method: string, request: object) =>
-    new Promise<T>((resolve, reject) =>
-      (client[method] as UnaryMethod).call(client, request, (error, answer) => (error ? reject(error) : resolve(answer as T))),
-    );
+    new Promise<T>((resolve, reject) => (client[method] as UnaryMethod).call(client, request, (error, answer) => (error ? reject(error) : resolve(answer as T))));
   return {
     list: () => call("List", {}),
     get: (pod_name, pod_namespace) => call("Get", { pod_name, pod_namespace }),

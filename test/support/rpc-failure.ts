@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { Registration } from "../../src/gen/pluginregistration/v1/api_pb.ts";
 import { classifyRpcError, type RpcFailure } from "../../src/rpc/rpc-error.ts";
-import { dialUnix, type DialOptions, type UnixChannel } from "../../src/rpc/unix-channel.ts";
+import { type DialOptions, dialUnix, type UnixChannel } from "../../src/rpc/unix-channel.ts";
 
 export interface Failure {
   kind: RpcFailure;

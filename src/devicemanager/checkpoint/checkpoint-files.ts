@@ -85,7 +85,7 @@ export function corruptSuffix(at: Date): string {
  */
 export async function moveAside(file: string, at: Date): Promise<string> {
   const base = file + corruptSuffix(at);
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = 1;; attempt++) {
     const target = attempt === 1 ? base : `${base}-${attempt}`;
     try {
       // link fails when the target exists, where rename would silently replace it.

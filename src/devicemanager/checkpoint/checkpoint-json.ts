@@ -6,7 +6,7 @@
  * and no trailing newline.
  */
 import { Buffer } from "node:buffer";
-import { compareGoStrings, renderedOnce, type GoCheckpointData, type GoPodDevicesEntry } from "./checkpoint-spew.ts";
+import { compareGoStrings, type GoCheckpointData, type GoPodDevicesEntry, renderedOnce } from "./checkpoint-spew.ts";
 
 /** The whole file: `{"Data":{...},"Checksum":N}`. */
 export function goCheckpointJson(data: GoCheckpointData, checksum: number): string {

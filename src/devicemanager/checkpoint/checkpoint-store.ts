@@ -25,7 +25,7 @@ import * as path from "node:path";
 import process from "node:process";
 import { promisify } from "node:util";
 import type { Logger } from "../../log/logger.ts";
-import { type CheckpointData, CheckpointCorruptError, decodeCheckpointWithChecksum, encodeCheckpoint } from "./checkpoint-codec.ts";
+import { CheckpointCorruptError, type CheckpointData, decodeCheckpointWithChecksum, encodeCheckpoint } from "./checkpoint-codec.ts";
 import { moveAside, readCheckpointBytes, removeAbandonedTempFiles, trustedOwners, warnIfWritableByOthers } from "./checkpoint-files.ts";
 import { MAX_CHECKPOINT_BYTES } from "./checkpoint-codec.ts";
 
@@ -115,7 +115,10 @@ export class CheckpointStore {
       this.#lastWriteBytes = bytes.length;
       const { data, layout } = decodeCheckpointWithChecksum(bytes);
       if (layout === "1.19") {
-        this.#log.warn("checkpoint written by a kubelet up to 1.19: converted, its allocated devices taken as on NUMA node 0 as newer kubelets do", { path: this.path, allocations: data.podDeviceEntries.length });
+        this.#log.warn("checkpoint written by a kubelet up to 1.19: converted, its allocated devices taken as on NUMA node 0 as newer kubelets do", {
+          path: this.path,
+          allocations: data.podDeviceEntries.length,
+        });
         return { kind: "restored", data, converted: true };
       }
       return { kind: "restored", data };
@@ -267,7 +270,7 @@ const descriptors = {
 const SYNCED_NEW_FILE = fsCallbacks.constants.O_WRONLY | fsCallbacks.constants.O_CREAT | fsCallbacks.constants.O_EXCL | fsCallbacks.constants.O_SYNC;
 
 async function writeAll(fd: number, bytes: Uint8Array): Promise<void> {
-  for (let offset = 0; offset < bytes.length; ) {
+  for (let offset = 0; offset < bytes.length;) {
     const { bytesWritten } = await descriptors.write(fd, bytes, offset, bytes.length - offset, offset);
     offset += bytesWritten;
   }

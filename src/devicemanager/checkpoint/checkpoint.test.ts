@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fromBinary } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
-import { type CheckpointData, CheckpointCorruptError, decodeCheckpoint, encodeCheckpoint } from "./checkpoint.ts";
+import { CheckpointCorruptError, type CheckpointData, decodeCheckpoint, encodeCheckpoint } from "./checkpoint.ts";
 import { decodeCheckpointWithChecksum } from "./checkpoint-codec.ts";
 import { fnv1a32, spewCheckpointData } from "./checkpoint-spew.ts";
 
@@ -157,7 +157,15 @@ test("another kind of checkpoint (the CPU manager's) is corrupt, as in the kubel
 });
 
 test("a file that is not a checkpoint is refused with the reason and the place, never quoting it", () => {
-  for (const secret of ["root:$6$s3cr3t:19000:0:99999:7:::\n", '{"Data":{"RegisteredDevices":{"s3cr3t":"x"}}}', '{"Checksum":"s3cr3t"}', '{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"s3cr3t":[]}}]}}', '{"Checksum":13371337.5}']) {
+  for (
+    const secret of [
+      "root:$6$s3cr3t:19000:0:99999:7:::\n",
+      '{"Data":{"RegisteredDevices":{"s3cr3t":"x"}}}',
+      '{"Checksum":"s3cr3t"}',
+      '{"Data":{"PodDeviceEntries":[{"DeviceIDs":{"s3cr3t":[]}}]}}',
+      '{"Checksum":13371337.5}',
+    ]
+  ) {
     assert.throws(() => decodeCheckpoint(new TextEncoder().encode(secret)), (error: Error) => !/s3cr3t|1337/.test(error.message), secret);
   }
   assertCorrupt("", /the file is empty/);

@@ -11,8 +11,8 @@
  * ```
  */
 export {
-  type CheckpointData,
   CheckpointCorruptError,
+  type CheckpointData,
   decodeCheckpoint,
   decodeCheckpointWithChecksum,
   encodeCheckpoint,

@@ -8,7 +8,7 @@
  */
 import type { Logger } from "../../log/logger.ts";
 import type { Clock } from "../../platform/clock.ts";
-import { CheckpointWriter, type CheckpointWriteOutcome, type CheckpointWriteStats, type WriteOutcome } from "./checkpoint-writer.ts";
+import { type CheckpointWriteOutcome, CheckpointWriter, type CheckpointWriteStats, type WriteOutcome } from "./checkpoint-writer.ts";
 import type { CheckpointData, DeviceStateStore, RestoreResult } from "./checkpoint.ts";
 
 /**
@@ -52,10 +52,9 @@ export class DeviceCheckpoint {
   constructor(options: DeviceCheckpointOptions) {
     this.#store = options.store;
     this.#log = options.log;
-    this.#writer =
-      options.store && !options.readOnly
-        ? new CheckpointWriter({ store: options.store, snapshot: options.snapshot, log: options.log, clock: options.clock, observe: options.observe })
-        : null;
+    this.#writer = options.store && !options.readOnly
+      ? new CheckpointWriter({ store: options.store, snapshot: options.snapshot, log: options.log, clock: options.clock, observe: options.observe })
+      : null;
     this.restored = options.store ? new Promise<void>((resolve) => (this.#markRestored = resolve)) : Promise.resolve();
   }
 
