@@ -66,11 +66,11 @@ test("requests node:http2 resets unseen are counted from the stream numbers: a g
     request(7, ODD),
   ]));
   // Stream 5 is the only one served: the two before it were reset unseen.
-  if (refused.length === 0) await once(reported, "report");
+  if (refused.length === 0) await once(reported, "report", { signal: AbortSignal.timeout(10_000) });
   assert.deepEqual([served, refused], [[5], [2]]);
   // The hang-up tells of stream 7.
   client.end();
-  if (refused.length === 1) await once(reported, "report");
+  if (refused.length === 1) await once(reported, "report", { signal: AbortSignal.timeout(10_000) });
   assert.deepEqual(refused, [2, 1]);
 });
 
