@@ -15,6 +15,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { deviceNode, startAgent, statusJson } from "./support/device-node.ts";
 import { healthyDevices, registerDevicePlugin, startFakeDevicePlugin } from "./support/fake-device-plugin.ts";
+import { CLIENT_PREFACE, FLAG, FRAME, http2Frame } from "./support/http2-frames.ts";
 import { encodeLiteral, type HeaderField, HpackDecoder } from "../src/rpc/hpack.ts";
 
 const GRPC_EMPTY_MESSAGE = Buffer.from([0, 0, 0, 0, 0]);
@@ -62,20 +63,12 @@ async function callWithAuthority(socketPath: string, rpcPath: string, authority:
 async function rawCall(socketPath: string, fields: HeaderField[]): Promise<CallResult> {
   const socket = net.connect(socketPath);
   socket.on("error", () => {});
-  const frame = (type: number, flags: number, streamId: number, payload: Buffer) => {
-    const header = Buffer.alloc(9);
-    header.writeUIntBE(payload.length, 0, 3);
-    header[3] = type;
-    header[4] = flags;
-    header.writeUInt32BE(streamId, 5);
-    return Buffer.concat([header, payload]);
-  };
   const block = Buffer.concat(fields.map((field) => encodeLiteral("none", 0, field)));
   socket.write(Buffer.concat([
-    Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1"),
-    frame(0x4, 0, 0, Buffer.alloc(0)),
-    frame(0x1, 0x4, 1, block),
-    frame(0x0, 0x1, 1, GRPC_EMPTY_MESSAGE),
+    CLIENT_PREFACE,
+    http2Frame(FRAME.SETTINGS, 0, 0, Buffer.alloc(0)),
+    http2Frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, block),
+    http2Frame(FRAME.DATA, FLAG.END_STREAM, 1, GRPC_EMPTY_MESSAGE),
   ]));
   const decoder = new HpackDecoder();
   let pending = Buffer.alloc(0);
@@ -95,7 +88,7 @@ async function rawCall(socketPath: string, fields: HeaderField[]): Promise<CallR
           const [type, flags] = [pending[3]!, pending[4]!];
           const payload = pending.subarray(9, 9 + length);
           pending = pending.subarray(9 + length);
-          if (type === 0x4 && !(flags & 0x1)) socket.write(frame(0x4, 0x1, 0, Buffer.alloc(0)));
+          if (type === 0x4 && !(flags & 0x1)) socket.write(http2Frame(FRAME.SETTINGS, FLAG.ACK, 0, Buffer.alloc(0)));
           if (type === 0x3) return done({ reset: payload.readUInt32BE(0) });
           if (type === 0x7) return done({ reset: payload.readUInt32BE(4) });
           if (type === 0x1) {

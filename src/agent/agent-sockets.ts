@@ -5,7 +5,6 @@
  * the kubelet's does, and the pod-resources socket.
  */
 import * as fs from "node:fs";
-import * as net from "node:net";
 import * as path from "node:path";
 import type { AgentMetrics } from "../api/metrics.ts";
 import { servePodResourcesSocket } from "../api/pod-resources-socket.ts";
@@ -15,6 +14,7 @@ import { type RegistrationServer, serveRegistration } from "../devicemanager/reg
 import { SocketInUseError } from "../server/socket-guard.ts";
 import type { Logger } from "../log/logger.ts";
 import { canonicalDirectory } from "../platform/canonical-path.ts";
+import { probeSocket } from "../platform/socket-probe.ts";
 import type { Policy } from "../policy/types.ts";
 import { requestReporter } from "../rpc/request-reports.ts";
 import type { UnixServer } from "../rpc/unix-server.ts";
@@ -153,16 +153,8 @@ export function removesLiveSocketsAtStart(policy: Policy, log: Logger): boolean 
   return false;
 }
 
-/** Whether something accepts connections on the unix socket `socketPath` (a running daemon's API, a plugin). */
-export function acceptsConnections(socketPath: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(socketPath);
-    const done = (answered: boolean) => {
-      socket.destroy();
-      resolve(answered);
-    };
-    socket.setTimeout(1000, () => done(true));
-    socket.once("connect", () => done(true));
-    socket.once("error", () => done(false));
-  });
+/** Whether something listens on the unix socket `socketPath` (a running daemon's API, a plugin); one that is slow to accept counts. */
+export async function acceptsConnections(socketPath: string): Promise<boolean> {
+  const probe = await probeSocket(socketPath);
+  return probe === "accepts" || probe === "silent";
 }

@@ -4,7 +4,6 @@
  * `--watch` then prints every event as it arrives.
  */
 import * as fs from "node:fs";
-import * as net from "node:net";
 import { createClient } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event } from "../gen/edgeplug/v1/agent_pb.ts";
@@ -16,6 +15,7 @@ import { messageOf } from "../log/error-message.ts";
 import { eventToJson } from "../api/event-json.ts";
 import { installLightHeaders } from "./light-headers.ts";
 import { classifyRpcError } from "../rpc/rpc-error.ts";
+import { probeSocket } from "../platform/socket-probe.ts";
 import { outputFlag, parseCommandArgs } from "./args.ts";
 import type { Command } from "./command.ts";
 import { EXIT_FAILURE, EXIT_OK, UsageError } from "./command.ts";
@@ -144,17 +144,8 @@ async function socketNamedIn(file: string, maxBytes: number): Promise<string | n
 }
 
 /** Whether something accepts connections on the unix socket at `socketPath` within a second. */
-function answers(socketPath: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(socketPath);
-    const done = (answered: boolean) => {
-      socket.destroy();
-      resolve(answered);
-    };
-    socket.setTimeout(1000, () => done(false));
-    socket.once("connect", () => done(true));
-    socket.once("error", () => done(false));
-  });
+async function answers(socketPath: string): Promise<boolean> {
+  return (await probeSocket(socketPath)) === "accepts";
 }
 
 function describe(error: unknown): string {

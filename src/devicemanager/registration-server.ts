@@ -15,7 +15,6 @@
  * socket itself is never taken over.
  */
 import * as fs from "node:fs";
-import * as net from "node:net";
 import * as path from "node:path";
 import { Code, ConnectError, type ConnectRouter, createContextKey, createContextValues } from "@connectrpc/connect";
 import { Registration } from "../gen/deviceplugin/v1beta1/api_pb.ts";
@@ -27,6 +26,7 @@ import type { UnixServer } from "../rpc/unix-server.ts";
 import type { RequestReports } from "../rpc/request-reports.ts";
 import { canonicalDirectory, canonicalSocketPath } from "../platform/canonical-path.ts";
 import { isSameSocket, type PinnedSocket, pinSocket, socketAt, type SocketIdentity } from "../platform/pinned-socket.ts";
+import { probeSocket } from "../platform/socket-probe.ts";
 import { messageOf } from "../log/error-message.ts";
 import type { DeviceManager } from "./device-manager.ts";
 import { invalidResourceNameError, isExtendedResourceName, SUPPORTED_VERSIONS, unsupportedVersionError } from "./names.ts";
@@ -231,7 +231,7 @@ async function removePluginSockets(directory: string, keep: readonly string[], r
       } catch {
         return;
       }
-      if (!stat.isSocket() || !(removeLive || (await refusesConnections(file)))) return;
+      if (!stat.isSocket() || !(removeLive || (await probeSocket(file)) === "refused")) return;
       try {
         // Only the socket looked at: one a plugin re-created meanwhile is already its answer to the restart.
         const again = fs.lstatSync(file);
@@ -250,18 +250,5 @@ async function removePluginSockets(directory: string, keep: readonly string[], r
     directory,
     count: removed.length,
     sockets: removed.slice(0, MAX_NAMED_SOCKETS),
-  });
-}
-
-function refusesConnections(socketPath: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(socketPath);
-    const done = (refused: boolean) => {
-      socket.destroy();
-      resolve(refused);
-    };
-    socket.setTimeout(1000, () => done(false));
-    socket.once("connect", () => done(false));
-    socket.once("error", (error) => done((error as { code?: string }).code === "ECONNREFUSED"));
   });
 }

@@ -5,6 +5,7 @@ import { test } from "node:test";
 import { decodeInteger, encodeInteger, encodeLiteral, type HeaderField, HpackDecoder, HpackError } from "./hpack.ts";
 import { AuthorityRewriter } from "./authority-rewrite.ts";
 import { isPlainAuthority } from "./authority.ts";
+import { CLIENT_PREFACE, FLAG, FRAME, http2Frame } from "../../test/support/http2-frames.ts";
 
 const hex = (text: string) => Buffer.from(text.replace(/\s+/g, ""), "hex");
 const fields = (...pairs: [string, string][]): HeaderField[] => pairs.map(([name, value]) => ({ name, value }));
@@ -146,15 +147,8 @@ test("rewritten blocks decode in python3-hpack to the same lists but for each un
   const lists = requestLists(11, 300);
   const blocks = (pythonHpack(ENCODE_WITH_PYTHON, lists) as string[]).map(hex);
   const rewriter = new AuthorityRewriter();
-  const frame = (streamId: number, block: Buffer) => {
-    const header = Buffer.alloc(9);
-    header.writeUIntBE(block.length, 0, 3);
-    header[3] = 0x1;
-    header[4] = 0x4;
-    header.writeUInt32BE(streamId, 5);
-    return Buffer.concat([header, block]);
-  };
-  const preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+  const frame = (streamId: number, block: Buffer) => http2Frame(FRAME.HEADERS, FLAG.END_HEADERS, streamId, block);
+  const preface = CLIENT_PREFACE;
   assert.deepEqual(rewriter.push(preface), preface);
   const rewritten = blocks.map((block, index) => {
     const out = rewriter.push(frame(index * 2 + 1, block));

@@ -7,17 +7,9 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { EventEmitter, once } from "node:events";
 import { createLogger } from "../log/logger.ts";
+import { CLIENT_PREFACE, FLAG, FRAME, http2Frame } from "../../test/support/http2-frames.ts";
 import { encodeLiteral, type HeaderField } from "./hpack.ts";
 import { reportRefusedStreams, requestReporter } from "./request-reports.ts";
-
-function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
-}
 
 const GOOD: HeaderField[] = [
   { name: ":method", value: "POST" },
@@ -28,7 +20,8 @@ const GOOD: HeaderField[] = [
 const ODD: HeaderField[] = [...GOOD, { name: ":bogus", value: "1" }];
 
 /** HEADERS with END_STREAM on `streamId`: a whole request. */
-const request = (streamId: number, fields: HeaderField[]) => frame(0x1, 0x5, streamId, Buffer.concat(fields.map((field) => encodeLiteral("none", 0, field))));
+const request = (streamId: number, fields: HeaderField[]) =>
+  http2Frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, streamId, Buffer.concat(fields.map((field) => encodeLiteral("none", 0, field))));
 
 test("requests node:http2 resets unseen are counted from the stream numbers: a gap before a served one, and those past the last served when the client hangs up", async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "rr-"));
@@ -58,8 +51,8 @@ test("requests node:http2 resets unseen are counted from the stream numbers: a g
   const client = net.connect(socketPath);
   client.on("data", () => {});
   client.write(Buffer.concat([
-    Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1"),
-    frame(0x4, 0, 0, Buffer.alloc(0)),
+    CLIENT_PREFACE,
+    http2Frame(FRAME.SETTINGS, 0, 0, Buffer.alloc(0)),
     request(1, ODD),
     request(3, ODD),
     request(5, GOOD),
