@@ -3,7 +3,8 @@
  * metrics and health, started in the order that keeps a failed start
  * harmless (the API socket is claimed before any plugin is dialled) and
  * stopped together within 2 s of SIGTERM. A new policy is applied live by
- * {@link EdgeplugAgent.applyPolicy} (SIGHUP).
+ * {@link EdgeplugAgent.applyPolicy} (SIGHUP). `run --reconcile-once` builds
+ * the same agent in its once mode (once.ts), so that the two cannot differ.
  */
 import { create } from "@bufbuild/protobuf";
 import { AllocationEventSchema, PluginEventSchema, ResourceEventSchema, type StatusResponse, WatchLimitsEventSchema } from "../gen/edgeplug/v1/agent_pb.ts";
