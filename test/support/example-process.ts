@@ -27,6 +27,16 @@ export interface ExampleProcess {
 /** Starts `node examples/<script> ...args`; killed with SIGKILL after the test `t` if still running. */
 export function startExample(t: CleansUpAfter, script: string, args: string[]): ExampleProcess {
   const child = spawn(process.execPath, [path.join(EXAMPLES, script), ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  return followProcess(t, child, script, 10_000);
+}
+
+/**
+ * Follows a child process's stdout line by line, for any test program that
+ * says what it does on stdout (the examples, the Go test peers): its
+ * `waitForLine` fails naming `name`, the pattern and everything printed,
+ * stderr included. Killed with SIGKILL after the test `t` if still running.
+ */
+export function followProcess(t: CleansUpAfter, child: ChildProcess, name: string, defaultTimeoutMs: number): ExampleProcess {
   const changes = new EventEmitter();
   const lines: string[] = [];
   let partial = "";
@@ -51,11 +61,16 @@ export function startExample(t: CleansUpAfter, script: string, args: string[]): 
   return {
     child,
     lines: () => [...lines],
-    async waitForLine(pattern, { from = 0, timeoutMs = 10_000 } = {}) {
+    async waitForLine(pattern, { from = 0, timeoutMs = defaultTimeoutMs } = {}) {
       const find = () => lines.slice(from).find((line) => pattern.test(line));
-      await waitForEvent(changes, `${script} to print ${pattern}`, () => find() !== undefined || exited, timeoutMs);
+      const printed = () => `it printed:\n${lines.slice(from).join("\n")}\n${stderr}`;
+      try {
+        await waitForEvent(changes, `${name} to print ${pattern}`, () => find() !== undefined || exited, timeoutMs);
+      } catch (error) {
+        throw new Error(`${(error as Error).message}; ${printed()}`);
+      }
       const found = find();
-      if (found === undefined) throw new Error(`${script} exited before printing ${pattern}; it printed:\n${lines.join("\n")}\n${stderr}`);
+      if (found === undefined) throw new Error(`${name} exited before printing ${pattern}; ${printed()}`);
       return found;
     },
     async stop(signal = "SIGTERM") {

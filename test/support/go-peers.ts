@@ -13,13 +13,12 @@
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { EventEmitter, once } from "node:events";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { waitForEvent } from "./fake-plugin.ts";
+import { followProcess } from "./example-process.ts";
 import type { CleansUpAfter } from "./temp-dir.ts";
 
 const run = promisify(execFile);
@@ -179,49 +178,8 @@ export interface GoProcess {
 /** Starts the Go device plugin with `args`; killed with SIGKILL after the test `t` if still running. */
 export function startGoDevicePlugin(t: CleansUpAfter, peers: GoPeers, args: string[]): GoProcess {
   const child = spawn(peers.devicePlugin, args, { stdio: ["pipe", "pipe", "pipe"] });
-  const changes = new EventEmitter();
-  const lines: string[] = [];
-  let partial = "";
-  let stderr = "";
-  let exited = false;
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
-    const parts = (partial + chunk).split("\n");
-    partial = parts.pop()!;
-    lines.push(...parts);
-    changes.emit("change");
-  });
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   child.stdin!.on("error", () => {}); // a write after it exited: the test's waits report that
-  const exit = once(child, "exit").then(([code]) => {
-    exited = true;
-    changes.emit("change");
-    return code as number | null;
-  });
-  t.after(() => {
-    if (!exited) child.kill("SIGKILL");
-    return exit;
-  });
-  return {
-    child,
-    lines: () => [...lines],
-    async waitForLine(pattern, { from = 0, timeoutMs = 15_000 } = {}) {
-      const find = () => lines.slice(from).find((line) => pattern.test(line));
-      const printed = () => `it printed:\n${lines.slice(from).join("\n")}\n${stderr}`;
-      try {
-        await waitForEvent(changes, `the Go device plugin to print ${pattern}`, () => find() !== undefined || exited, timeoutMs);
-      } catch (error) {
-        throw new Error(`${(error as Error).message}; ${printed()}`);
-      }
-      const found = find();
-      if (found === undefined) throw new Error(`the Go device plugin exited before printing ${pattern}; ${printed()}`);
-      return found;
-    },
-    send: (command) => void child.stdin!.write(`${command}\n`),
-    async stop(signal = "SIGTERM") {
-      if (!exited) child.kill(signal);
-      return exit;
-    },
-  };
+  return { ...followProcess(t, child, "the Go device plugin", 15_000), send: (command) => void child.stdin!.write(`${command}\n`) };
 }
 
 /** Runs the Go pod-resources client (`list`, `allocatable`, `get POD NS`) on `socket`; resolves with its JSON answer. */
