@@ -169,9 +169,35 @@ test("the same socket registering again replaces its endpoint instead of being r
   await devices.connect(R, p.socketPath);
   await p.waitForStreams(1);
   await devices.connect(R, p.socketPath);
-  await waitForDeviceState(devices, "one stream left", () => p.streams() === 1);
+  await p.waitForOpenStreams(1);
   assert.deepEqual(devices.resource(R)?.sockets, [p.socketPath]);
   assert.deepEqual(counts(devices), { capacity: 2, allocatable: 2 });
+});
+
+test("ListAndWatch is opened beside GetDevicePluginOptions, one round trip sooner than after it; its devices count only once the options came", async (t) => {
+  const dir = tempDir(t);
+  let answerOptions = (_failure?: string) => {};
+  const p = await plugin(t, dir, "a.sock", { holdOptions: () => new Promise((resolve) => (answerOptions = resolve)) });
+  const devices = newManager(t);
+  const connecting = devices.connect(R, p.socketPath);
+  await p.waitForStreams(1);
+  assert.equal(devices.resource(R), undefined, "nothing is recorded while the options are not in");
+  answerOptions();
+  await connecting;
+  await waitForDeviceState(devices, "2 devices", () => devices.resource(R)?.allocatable === 2);
+});
+
+test("a plugin whose GetDevicePluginOptions fails is not recorded, and the ListAndWatch opened beside it is closed", async (t) => {
+  const dir = tempDir(t);
+  let answerOptions = (_failure?: string) => {};
+  const p = await plugin(t, dir, "a.sock", { holdOptions: () => new Promise((resolve) => (answerOptions = resolve)) });
+  const devices = newManager(t);
+  const connecting = devices.connect(R, p.socketPath);
+  await p.waitForStreams(1);
+  answerOptions("options are broken");
+  await assert.rejects(connecting, /failed to get device plugin options: rpc error: code = Internal desc = options are broken/);
+  await p.waitForOpenStreams(0);
+  assert.equal(devices.resource(R), undefined);
 });
 
 test("untrusted lists: too many devices, long ids, control characters and duplicates are refused per message; the last good list stays", async (t) => {

@@ -9,6 +9,7 @@
  * does a directory the plugin watcher watches.
  */
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
@@ -20,6 +21,7 @@ import { createLogger } from "../src/log/logger.ts";
 import type { Policy } from "../src/policy/types.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
 import { scopedTempDir } from "./support/device-node.ts";
+import { waitForEvent } from "./support/fake-plugin.ts";
 import { type FakeDevicePlugin, registerDevicePlugin, startFakeDevicePlugin, waitForDeviceState } from "./support/fake-device-plugin.ts";
 import type { CleansUpAfter } from "./support/temp-dir.ts";
 import { testPolicy } from "./support/policy.ts";
@@ -39,6 +41,7 @@ const DEVICES = [
 async function socketWatchingPlugin(scope: CleansUpAfter, socketPath: string, registrationSocket: string) {
   let plugin: FakeDevicePlugin = await startFakeDevicePlugin({ socketPath, devices: DEVICES });
   let registrations = 0;
+  const answered = new EventEmitter();
   let serving: Promise<void> = Promise.resolve();
   let stopped = false;
   const register = async () => {
@@ -48,6 +51,7 @@ async function socketWatchingPlugin(scope: CleansUpAfter, socketPath: string, re
       try {
         await registerDevicePlugin(registrationSocket, { endpoint: path.basename(socketPath), resource_name: GPU });
         registrations++;
+        answered.emit("change");
         return;
       } catch (error) {
         if (attempt === 50 || stopped) throw error;
@@ -71,7 +75,12 @@ async function socketWatchingPlugin(scope: CleansUpAfter, socketPath: string, re
     await plugin.stop();
   });
   await register();
-  return { registrations: () => registrations, settled: () => serving };
+  return {
+    registrations: () => registrations,
+    /** Resolves once `count` Register calls have been answered (edgeplug answers once the plugin is connected, not before its devices show). */
+    answered: (count: number) => waitForEvent(answered, `${count} Register calls answered`, () => registrations >= count, 10_000),
+    settled: () => serving,
+  };
 }
 
 function agentPolicy(dir: string, options: { removeSocketsAtStart: boolean; watchPluginsDir?: boolean }): Policy {
@@ -143,7 +152,8 @@ test("at start the agent removes the plugin sockets beside kubelet.sock, as the 
     () => second.agent.devices.resource(GPU)?.connected === true && second.agent.devices.resource(GPU)?.allocatable === 2,
     10_000,
   );
-  assert.equal(plugin.registrations(), 2, "the plugin registered again");
+  await plugin.answered(2);
+  assert.equal(plugin.registrations(), 2, "the plugin registered again, once");
   assert.notEqual(identity(pluginSocket), before, "the plugin serves a new socket");
   assert.deepEqual(second.agent.devices.allocations().map((entry) => [entry.owner, entry.devices]), [["job-1", held]]);
   const next = await second.api.allocate({ owner: "job-2", resources: [{ resource: GPU, count: 1 }] });

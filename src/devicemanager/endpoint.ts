@@ -10,7 +10,7 @@ import { type Client, Code, ConnectError, createClient } from "@connectrpc/conne
 import type { GenService } from "@bufbuild/protobuf/codegenv2";
 import type { ContainerAllocateResponse, DevicePluginOptions } from "../gen/deviceplugin/v1beta1/api_pb.ts";
 import { DevicePlugin, EmptySchema } from "../gen/deviceplugin/v1beta1/api_pb.ts";
-import { ListAndWatchResponseViewSchema } from "../gen/edgeplug/v1/device_list_view_pb.ts";
+import { type ListAndWatchResponseView, ListAndWatchResponseViewSchema } from "../gen/edgeplug/v1/device_list_view_pb.ts";
 import { dialUnix, type UnixChannel } from "../rpc/unix-channel.ts";
 import { type Clock, pause, systemClock } from "../platform/clock.ts";
 import { type Backoff, BackoffCount } from "../util/backoff.ts";
@@ -91,6 +91,35 @@ export const LISTS_PER_CALL = 1_000;
  */
 const LIST_MS_PER_DEVICE = 0.01;
 
+/** A streaming call whose first message has been asked for (so that its failure is never unhandled). */
+interface OpenedCall {
+  iterator: AsyncIterator<ListAndWatchResponseView>;
+  first: Promise<IteratorResult<ListAndWatchResponseView>>;
+}
+
+function openCall(call: AsyncIterable<ListAndWatchResponseView>): OpenedCall {
+  const iterator = call[Symbol.asyncIterator]();
+  const first = iterator.next();
+  // Read by watch(); a call that fails before it (options refused, endpoint closed) is ended by close().
+  first.catch(() => {});
+  return { iterator, first };
+}
+
+/** The messages of an opened call, its first included; leaving the loop early ends the call. */
+async function* resumed({ iterator, first }: OpenedCall): AsyncGenerator<ListAndWatchResponseView> {
+  // False while a message is with the reader: a reader that stops then ends the call; a call that failed has ended.
+  let reading = true;
+  try {
+    for (let step = await first; !step.done; step = await iterator.next()) {
+      reading = false;
+      yield step.value;
+      reading = true;
+    }
+  } finally {
+    if (!reading) await iterator.return?.();
+  }
+}
+
 export class DevicePluginEndpoint {
   readonly resource: string;
   readonly socket: string;
@@ -104,6 +133,8 @@ export class DevicePluginEndpoint {
   readonly #abort = new AbortController();
   readonly #pinned: EndpointOptions["pinned"];
   readonly #clock: Clock;
+  /** The ListAndWatch call connect() opened beside GetDevicePluginOptions, until watch() takes it. */
+  #opened: OpenedCall | null = null;
   #closed = false;
 
   constructor(options: EndpointOptions) {
@@ -123,10 +154,17 @@ export class DevicePluginEndpoint {
     return this.#closed;
   }
 
-  /** Dials and reads the plugin's options (the kubelet's PluginConnected). */
+  /**
+   * Dials and reads the plugin's options (the kubelet's PluginConnected),
+   * with ListAndWatch opened at the same time on the same connection: the
+   * kubelet opens it after the options have come back, one round trip later.
+   * Its messages wait for watch(); close() ends the call.
+   */
   async connect(signal?: AbortSignal): Promise<DevicePluginOptions> {
     const callSignal = signal ? AbortSignal.any([signal, this.#abort.signal]) : this.#abort.signal;
-    this.options = await this.#client.getDevicePluginOptions({}, { signal: callSignal, timeoutMs: CALL_TIMEOUT_MS });
+    const options = this.#client.getDevicePluginOptions({}, { signal: callSignal, timeoutMs: CALL_TIMEOUT_MS });
+    this.#opened ??= openCall(this.#lists.listAndWatch({}, { signal: this.#abort.signal }));
+    this.options = await options;
     return this.options;
   }
 
@@ -149,8 +187,10 @@ export class DevicePluginEndpoint {
       for (let open = true; open && !this.#closed;) {
         open = false;
         let lists = 0;
+        const opened = this.#opened;
+        this.#opened = null;
         try {
-          for await (const message of this.#lists.listAndWatch({}, { signal: this.#abort.signal })) {
+          for await (const message of opened ? resumed(opened) : this.#lists.listAndWatch({}, { signal: this.#abort.signal })) {
             if (this.#closed) return;
             if (++lists > LISTS_PER_CALL) {
               // Read again on the next call, which starts with the plugin's whole list.

@@ -41,6 +41,8 @@ export interface FakeDevicePluginOptions {
   holdPreferred?: () => Promise<void>;
   /** PreStartContainer fails with this message. */
   failPreStart?: string;
+  /** Awaited before GetDevicePluginOptions answers; its result, when a string, is the call's error instead. */
+  holdOptions?: () => Promise<string | void>;
 }
 
 export interface FakeDevicePlugin {
@@ -56,6 +58,8 @@ export interface FakeDevicePlugin {
   sendRaw(message: object): void;
   /** Resolves once the plugin has received `count` calls of `kind` in all. */
   waitForCalls(kind: "allocate" | "preferred", count?: number): Promise<void>;
+  /** Resolves once exactly `count` streams are open (after one was closed, say). */
+  waitForOpenStreams(count: number): Promise<void>;
   /** Resolves once at least `count` streams are open. */
   waitForStreams(count?: number): Promise<void>;
   /** Ends every open ListAndWatch stream (as a plugin that crashed its loop), the server keeps serving. */
@@ -79,7 +83,9 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
   const preferredCalls: FakeDevicePlugin["preferredCalls"] = [];
   const server = new grpc.Server();
   server.addService(devicePluginService, {
-    GetDevicePluginOptions(_call: unknown, callback: Callback) {
+    async GetDevicePluginOptions(_call: unknown, callback: Callback) {
+      const failure = await options.holdOptions?.();
+      if (typeof failure === "string") return callback({ code: grpc.status.INTERNAL, details: failure });
       callback(null, {
         pre_start_required: options.preStartRequired ?? false,
         get_preferred_allocation_available: options.getPreferredAllocationAvailable ?? false,
@@ -151,6 +157,7 @@ export async function startFakeDevicePlugin(options: FakeDevicePluginOptions): P
       for (const stream of open) stream.write(message);
     },
     waitForCalls: (kind, count = 1) => waitForEvent(events, `${count} ${kind} calls on ${options.socketPath}`, () => (kind === "allocate" ? allocateCalls : preferredCalls).length >= count, 5000),
+    waitForOpenStreams: (count) => waitForEvent(events, `exactly ${count} ListAndWatch streams on ${options.socketPath}`, () => open.size === count, 5000),
     waitForStreams: (count = 1) => waitForEvent(events, `${count} ListAndWatch streams on ${options.socketPath}`, () => open.size >= count, 5000),
     endStreams() {
       for (const stream of open) stream.end();
