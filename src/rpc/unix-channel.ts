@@ -23,6 +23,7 @@ import * as net from "node:net";
 import type { Transport } from "@connectrpc/connect";
 import { Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { type Clock, systemClock } from "../platform/clock.ts";
 import { callObserver, observeStream } from "./call-observer.ts";
 import { markDialFailure, transportError } from "./rpc-error.ts";
 
@@ -35,6 +36,8 @@ export interface DialOptions {
   readMaxBytes?: number;
   /** Where to connect when not `socketPath` itself (a pinned socket's /proc/self/fd path); messages still name `socketPath`. */
   connectPath?: string;
+  /** Times the connect timeout (default: the system clock); tests drive it with a manual clock. */
+  clock?: Clock;
 }
 
 export interface UnixChannel extends AsyncDisposable {
@@ -82,6 +85,7 @@ interface Connection {
 /** Opens a channel to the gRPC server on `socketPath`; nothing is dialed until the first call. */
 export function dialUnix(socketPath: string, options: DialOptions = {}): UnixChannel {
   const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  const clock = options.clock ?? systemClock;
   /** Every socket opened and not yet closed, whatever state its connection is in. */
   const openSockets = new Set<net.Socket>();
   const pendingDials = new Set<(error: Error) => void>();
@@ -128,14 +132,14 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
       const fail = (error: Error) => {
         if (settled) return;
         settled = true;
-        clearTimeout(timer);
+        cancelTimer();
         pendingDials.delete(fail);
         h2.destroy();
         socket.destroy();
         reject(markDialFailure(error));
       };
       pendingDials.add(fail);
-      const timer = setTimeout(() => {
+      const cancelTimer = clock.setTimer(() => {
         const message = `no HTTP/2 handshake from ${socketPath} within ${connectTimeoutMs} ms (connect timeout)`;
         fail(transportError("deadline", message, Code.DeadlineExceeded));
       }, connectTimeoutMs);
@@ -154,7 +158,7 @@ export function dialUnix(socketPath: string, options: DialOptions = {}): UnixCha
       h2.once("remoteSettings", () => {
         if (settled) return;
         settled = true;
-        clearTimeout(timer);
+        cancelTimer();
         pendingDials.delete(fail);
         h2.unref();
         connections.add(connection);
