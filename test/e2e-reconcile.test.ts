@@ -18,6 +18,14 @@ const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"
 const thing = { type: "other.io/Thing", name: "other.io/thing" };
 const once = (policyPath: string, ...flags: string[]) => ["run", "--config", policyPath, "--reconcile-once", ...flags];
 
+/**
+ * A run that must end once its verdict is known, not at `--timeout`: what is timed is only which of the two ended
+ * it, so the bound is a third of the timeout (these runs take about a second; a loaded machine stays far from it).
+ */
+function assertEndedBeforeTimeout(report: { durationMs: number }, timeoutS: number, why: string): void {
+  assert.ok(report.durationMs < (timeoutS * 1000) / 3, `${why}: took ${report.durationMs} ms of --timeout ${timeoutS}s`);
+}
+
 test("--reconcile-once that cannot start exits 3, and still prints a JSON object saying why", async (t) => {
   const dir = tempDir(t);
   fs.writeFileSync(path.join(dir, "file"), "");
@@ -78,7 +86,7 @@ test("with --expect met, a stray refused socket is listed with its reason but do
   const good = await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
   const stray = await startTestPlugin(t, { socketPath: path.join(policy.registry, "stray.sock"), info: thing });
 
-  const lenient = await runEdgeplug(once(policy.path, "--expect", "1", "--timeout", "20s", "--output", "json"));
+  const lenient = await runEdgeplug(once(policy.path, "--expect", "1", "--timeout", "30s", "--output", "json"));
   assert.equal(lenient.code, 0, lenient.stdout + lenient.stderr);
   const report = JSON.parse(lenient.stdout);
   assert.equal(report.ok, true);
@@ -94,19 +102,19 @@ test("with --expect met, a stray refused socket is listed with its reason but do
       reason: "no_handler",
     },
   ]);
-  assert.ok(report.durationMs < 10_000, `took ${report.durationMs} ms: the stray made it wait`);
+  assertEndedBeforeTimeout(report, 30, "the stray made it wait");
 
   const text = await runEdgeplug(once(policy.path, "--expect", "1", "--timeout", "20s"));
   assert.equal(text.code, 0);
   assert.match(text.stdout, new RegExp(`^failed: ${stray.socketPath} \\(other\\.io/thing\\): RegisterPlugin error -- no handler`, "m"));
   assert.match(text.stdout, /^reconcile-once ok \(failed sockets ignored: the expectations decide; --strict counts them\) in \d+ ms$/m);
 
-  const strict = await runEdgeplug(once(policy.path, "--expect", "1", "--strict", "--timeout", "20s", "--output", "json"));
+  const strict = await runEdgeplug(once(policy.path, "--expect", "1", "--strict", "--timeout", "30s", "--output", "json"));
   assert.equal(strict.code, 1, strict.stderr);
   const strictReport = JSON.parse(strict.stdout);
   assert.deepEqual([strictReport.ok, strictReport.verdictBy, strictReport.expectations.unmet], [false, "every socket", []]);
   assert.equal(strictReport.failed[0].socket, stray.socketPath);
-  assert.ok(strictReport.durationMs < 10_000, `took ${strictReport.durationMs} ms: a permanent refusal waited out --timeout`);
+  assertEndedBeforeTimeout(strictReport, 30, "a permanent refusal waited out --timeout");
   assert.equal((await good.waitForNotify()).registered, true);
 });
 
@@ -114,11 +122,10 @@ test("without expectations a permanent refusal ends the run at once, not at --ti
   const policy = policyWithRegistry(t);
   await startTestPlugin(t, { socketPath: path.join(policy.registry, "good.sock"), info: sensor });
   const stray = await startTestPlugin(t, { socketPath: path.join(policy.registry, "stray.sock"), info: thing });
-  const started = performance.now();
   const result = await runEdgeplug(once(policy.path, "--timeout", "60s", "--output", "json"));
   assert.equal(result.code, 1, result.stderr);
-  assert.ok(performance.now() - started < 30_000, "well before the 60 s timeout");
   const report = JSON.parse(result.stdout);
+  assertEndedBeforeTimeout(report, 60, "a permanent refusal waited out --timeout");
   assert.deepEqual([report.ok, report.verdictBy], [false, "every socket"]);
   assert.deepEqual(report.failed.map((f: Record<string, unknown>) => f.socket), [stray.socketPath]);
   assert.equal((await stray.waitForNotify()).registered, false);
@@ -135,7 +142,7 @@ test("a --require of a refused plugin fails at once, quoting the refusal", async
   const refusal = `none of the plugin's versions ["v1"] is accepted by handler acme.io/Sensor (versions ["v2"])`;
   assert.deepEqual(report.expectations.unmet, [`required plugin acme.io/thermo is not registered (${old.socketPath} failed: ${refusal})`]);
   assert.deepEqual(report.failed.map((f: Record<string, unknown>) => f.error), [refusal]);
-  assert.ok(report.durationMs < 30_000, `took ${report.durationMs} ms`);
+  assertEndedBeforeTimeout(report, 60, "a refused --require waited out --timeout");
   assert.equal((await old.waitForNotify()).error, refusal);
 
   const missing = await runEdgeplug(once(policy.path, "--require", "acme.io/absent", "--timeout", "300ms"));
