@@ -10,7 +10,7 @@ import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { Agent } from "../src/gen/edgeplug/v1/agent_pb.ts";
 import { dialUnix } from "../src/rpc/unix-channel.ts";
-import { openDescriptors, policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug, waitForPath, writePolicy } from "./support/agent-process.ts";
+import { openDescriptors, policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug, STOPPED_WELL_INSIDE_UNIT_TIMEOUT_MS, waitForPath, writePolicy } from "./support/agent-process.ts";
 import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { killAfter } from "./support/child-cleanup.ts";
@@ -66,8 +66,11 @@ test("daemon registers a plugin, shows it in status, deregisters it, and stops c
   const stoppedAt = performance.now();
   agent.child.kill("SIGTERM");
   const { code } = await agent.exited;
+  const stopMs = performance.now() - stoppedAt;
   assert.equal(code, 0, agent.stderr());
-  assert.ok(performance.now() - stoppedAt < 2000, "exits within 2 s of SIGTERM");
+  assert.ok(stopMs < STOPPED_WELL_INSIDE_UNIT_TIMEOUT_MS, `exited ${Math.round(stopMs)} ms after SIGTERM: near the unit's stop timeout`);
+  // Nothing left open held the process after the stop (entry.ts would say so, and exit a second later).
+  assert.equal(agent.logs().some((r) => String(r.msg).startsWith("open handles kept the process alive")), false, agent.stderr());
   assert.equal(fs.existsSync(policy.apiSocket), false, "the API socket is removed");
   assert.equal(fs.lstatSync(survivor.socketPath).isSocket(), true, "plugin sockets are never touched");
 });
@@ -139,20 +142,24 @@ test("--reconcile-once honours --timeout when a plugin hangs in GetInfo", async 
   const policy = policyWithRegistry(t, { reconcile: "  timeouts: { getInfo: 300ms }\n  backoff: { initial: 50ms, max: 100ms }" });
   await startTestPlugin(t, { socketPath: path.join(policy.registry, "hang.sock"), info: sensor, hangGetInfo: true });
 
-  const started = performance.now();
-  const result = await runEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1500ms", "--output", "json"]);
-  const elapsed = performance.now() - started;
-  assert.equal(result.code, 1, result.stderr);
-  const report = JSON.parse(result.stdout);
+  // A run that did not honour --timeout would never end (the plugin hangs every GetInfo and is retried): that it
+  // ends, exit 1 with the report, is the check; the watchdog only turns such a run into a failure with a message.
+  const run = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--timeout", "1500ms", "--output", "json"]);
+  killAfter(t, run.child);
+  const watchdog = setTimeout(() => run.child.kill("SIGKILL"), 60_000);
+  const { code, signal } = await run.exited;
+  clearTimeout(watchdog);
+  assert.equal(signal, null, `still running a minute after --timeout 1500ms: the timeout was not honoured\n${run.stderr()}`);
+  assert.equal(code, 1, run.stderr());
+  const report = JSON.parse(run.stdout());
   assert.equal(report.plugins[0].state, "failed");
   assert.match(report.plugins[0].error, /GetInfo/);
-  assert.ok(report.durationMs >= 1500, `ran ${report.durationMs} ms`);
-  assert.ok(elapsed < 5000, `took ${elapsed} ms, far beyond --timeout 1500ms`);
+  assert.ok(report.durationMs >= 1500, `ran ${report.durationMs} ms, less than --timeout`);
 });
 
 test("--reconcile-once --expect waits for a socket that appears late", async (t) => {
   const policy = writePolicy(tempDir(t));
-  const agent = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--expect", "1", "--timeout", "20s", "--output", "json"]);
+  const agent = startEdgeplug(["run", "--config", policy.path, "--reconcile-once", "--expect", "1", "--timeout", "60s", "--output", "json"]);
   killAfter(t, agent.child);
   // The agent creates the watch dir at start; the plugin arrives after that.
   await waitForPath(policy.registry);
@@ -162,7 +169,8 @@ test("--reconcile-once --expect waits for a socket that appears late", async (t)
   const report = JSON.parse(agent.stdout());
   assert.deepEqual(report.expectations, { expect: 1, require: [], resources: {}, strict: false, unmet: [] });
   assert.equal(report.plugins[0].socket, late.socketPath);
-  assert.ok(report.durationMs < 20_000);
+  // Ended when the socket registered, not at --timeout: the bound (a third of it) only tells which of the two.
+  assert.ok(report.durationMs < 20_000, `ran ${report.durationMs} ms of --timeout 60s`);
 });
 
 test("--reconcile-once --require fails naming the missing plugin", async (t) => {
