@@ -29,6 +29,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   wear: () => import("./checkpoint-wear.ts"),
   owners: () => import("./owner-lifetimes.ts"),
   fleet: () => import("./fleet.ts"),
+  "fleet-status": () => import("./fleet-status.ts"),
 };
 
 async function main(): Promise<number> {
