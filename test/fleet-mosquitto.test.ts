@@ -1,7 +1,8 @@
 /**
  * The fleet link (docs/fleet.md) of dist/edgeplug against a real Mosquitto
  * on loopback: the retained status a subscriber sees, events in order, the
- * will on kill -9 and `online: false` on a clean stop; the broker stopped
+ * will on kill -9 (when the broker sees the connection close, not at its
+ * keepalive) and `online: false` on a clean stop; the broker stopped
  * while plugins churn (reconnect, republish, the queue and its gap); wrong
  * credentials and an ACL refusal that leave the agent healthy, named in
  * `status` and logged once; a TLS listener; a frozen broker, given up when
@@ -50,10 +51,17 @@ async function statusJson(apiSocket: string): Promise<StatusView> {
 /** The events of `messages`, parsed, in arrival order. */
 const eventsIn = (messages: Received[], topic: string) => messages.filter((m) => m.topic === topic).map((m) => JSON.parse(m.text) as EventView);
 
-test("mosquitto: a registered plugin is in the retained status, events arrive in order, kill -9 turns online false within 1.5 x keepalive, a clean stop at once", async (t) => {
+/**
+ * The keepalive of the kill -9 test: the broker would publish the will of a connection it never saw close once 1.5 x
+ * this passed in silence. Long, so that the will arriving in under a third of that (the wait's bound) shows it came
+ * from the closed connection, and a loaded machine is never near the bound.
+ */
+const KILL_TEST_KEEPALIVE_S = 30;
+
+test("mosquitto: a registered plugin is in the retained status, events arrive in order, kill -9 turns online false as the connection closes, a clean stop says so itself", async (t) => {
   const broker = await startMosquitto(t);
   const dir = tempDir(t);
-  const policy = writeFleetPolicy(dir, "node-a", `  brokers: ["${broker.url}"]\n  keepalive: 2s\n  minInterval: 0s`);
+  const policy = writeFleetPolicy(dir, "node-a", `  brokers: ["${broker.url}"]\n  keepalive: ${KILL_TEST_KEEPALIVE_S}s\n  minInterval: 0s`);
   const watcher = await subscribe(t, broker.url, "edgeplug/v1/node-a/#");
   const agent = await startAgent(t, policy.path);
   await watcher.waitFor("online true", () => watcher.latest("edgeplug/v1/node-a/online")?.online === true);
@@ -76,23 +84,24 @@ test("mosquitto: a registered plugin is in the retained status, events arrive in
   assert.deepEqual(sequences, sequences.map((_, i) => sequences[0] + i), "in order, none missing");
 
   agent.child.kill("SIGKILL");
-  const killedAt = Date.now();
-  await watcher.waitFor("online false from the will", () => watcher.latest("edgeplug/v1/node-a/online")?.online === false, 3_000);
-  assert.ok(Date.now() - killedAt <= 3_000);
+  const willBoundMs = (1.5 * KILL_TEST_KEEPALIVE_S * 1000) / 3;
+  await watcher.waitFor("online false from the will, once the connection closed", () => watcher.latest("edgeplug/v1/node-a/online")?.online === false, willBoundMs);
+  // The broker's will, not a message of the agent: the will carries no `since`.
+  assert.equal(watcher.latest("edgeplug/v1/node-a/online")?.since, undefined);
 
   const again = await startAgent(t, policy.path);
   await watcher.waitFor("online again", () => watcher.latest("edgeplug/v1/node-a/online")?.online === true);
   again.child.kill("SIGTERM");
-  const stoppedAt = Date.now();
+  assert.equal((await again.exited).code, 0);
+  // The agent's own offline message (with `since`; a clean disconnect gets no will): without it the node would stay
+  // online until --stale. The wait's bound only ends a wait for a message that never comes.
   await watcher.waitFor("online false from the clean stop", () => {
     const online = watcher.latest("edgeplug/v1/node-a/online");
     return online?.online === false && typeof online.since === "string";
-  }, 2_000);
-  assert.ok(Date.now() - stoppedAt < 2_000);
-  assert.equal((await again.exited).code, 0);
+  }, 15_000);
 });
 
-test("mosquitto frozen (SIGSTOP, its connections open): the link gives the connection up within 2 x keepalive as its online refresh goes unacknowledged, and is back once the broker answers", async (t) => {
+test("mosquitto frozen (SIGSTOP, its connections open): the link gives the connection up as its online refresh goes unacknowledged, and is back once the broker answers", async (t) => {
   const broker = await startMosquitto(t);
   const dir = tempDir(t);
   const keepaliveMs = 2_000;
@@ -100,11 +109,12 @@ test("mosquitto frozen (SIGSTOP, its connections open): the link gives the conne
   const agent = await startAgent(t, policy.path);
   await agent.waitForLog("fleet link connected");
   broker.signal("SIGSTOP");
-  const frozenAt = Date.now();
   try {
-    const lost = await agent.waitForLog("fleet link lost, reconnecting", 4 * keepaliveMs);
-    // The last acknowledged refresh was at most a keepalive before the freeze; the next unanswered one is given up a keepalive later.
-    assert.ok(Date.now() - frozenAt <= 2 * keepaliveMs + 1_500, `noticed after ${Date.now() - frozenAt} ms`);
+    // A frozen broker keeps the connection open and sends nothing: only the refresh check gives it up (about 2 x
+    // keepalive after the freeze: the last acknowledged refresh at most a keepalive before it, the next unanswered
+    // one given up a keepalive later). The error names that check; the wait's bound (15 x keepalive) only ends a
+    // wait for a link that never gives up.
+    const lost = await agent.waitForLog("fleet link lost, reconnecting", 15 * keepaliveMs);
     assert.match(String(lost.error), /did not acknowledge the online refresh within the keepalive/);
     assert.notEqual((await statusJson(policy.apiSocket)).fleet.state, "connected");
   } finally {
@@ -129,7 +139,9 @@ test("mosquitto: with the agent's resync (1 s) within the keepalive (2 s), the o
   const times = refreshes().map((m) => Date.parse(JSON.parse(m.text).updatedAt));
   const gaps = times.slice(1).map((time, i) => time - times[i]!);
   // Due after keepalive - resync/2 = 1.5 s, so sent on the resync at about 2 s; one per resync would be 1 s apart.
-  assert.ok(gaps.every((gap) => gap >= 1_300 && gap <= 3_000), `refreshes ${gaps.join(", ")} ms apart`);
+  // A lower bound: a loaded machine only delays a resync, which widens a gap.
+  assert.ok(gaps.every((gap) => gap >= 1_300), `refreshes ${gaps.join(", ")} ms apart: two a resync apart`);
+  // Within the broker's 1.5 x keepalive: Mosquitto ends a connection silent for longer, and the link would log it.
   assert.equal(agent.logs().filter((r) => r.msg === "fleet link lost, reconnecting").length, 0);
   agent.child.kill("SIGTERM");
   assert.equal((await agent.exited).code, 0);

@@ -1,8 +1,9 @@
 /**
  * The fleet link of dist/edgeplug on a clustered broker: three NATS servers
  * (MQTT, JetStream) routed together on loopback. The agent, given all three
- * URLs, is on server 1; server 1 killed, it is on another within twice its
- * keepalive, and `fleet status` through server 3 shows the node online with
+ * URLs, is on server 1; server 1 killed, it notices from the closed
+ * connection (not from its keepalive) and moves to another, and `fleet
+ * status` through server 3 shows the node online with
  * its plugins (the retained topics are the cluster's, not one server's).
  */
 import assert from "node:assert/strict";
@@ -40,7 +41,7 @@ async function fleetLink(apiSocket: string): Promise<FleetLinkView> {
   return JSON.parse(answer.stdout).fleet;
 }
 
-test("nats cluster: the agent moves from a killed server to another within 2 x keepalive, and fleet status through server 3 shows it online with its plugins", async (t) => {
+test("nats cluster: the agent moves from a killed server to another as the connection closes, and fleet status through server 3 shows it online with its plugins", async (t) => {
   const servers = await startNatsCluster(t);
   const dir = tempDir(t);
   const brokers = servers.map((server) => `"${server.url}"`).join(", ");
@@ -53,9 +54,12 @@ test("nats cluster: the agent moves from a killed server to another within 2 x k
   assert.equal((await fleetLink(policy.apiSocket)).broker, servers[0]!.url, "on server 1, the first of the list");
 
   servers[0]!.child.kill("SIGKILL");
-  const killedAt = Date.now();
-  const moved = await eventually("the agent connected to another server", 2 * KEEPALIVE_MS, () => fleetLink(policy.apiSocket), (link) => link.state === "connected" && link.broker !== servers[0]!.url);
-  assert.ok(Date.now() - killedAt <= 2 * KEEPALIVE_MS, `moved to ${moved.broker} after ${Date.now() - killedAt} ms`);
+  // The bound only ends a wait for a move that never comes; that the link noticed the closed connection, rather than
+  // its online refresh going unanswered (2 x keepalive), is what the logged loss says.
+  await eventually("the agent connected to another server", 3 * KEEPALIVE_MS, () => fleetLink(policy.apiSocket), (link) => link.state === "connected" && link.broker !== servers[0]!.url);
+  const lost = agent.logs().find((r) => r.msg === "fleet link lost, reconnecting");
+  assert.ok(lost, agent.stderr());
+  assert.doesNotMatch(String(lost.error), /online refresh/, "noticed from the closed connection, not from the keepalive");
 
   const read = () => runEdgeplug(["fleet", "status", "--broker", servers[2]!.url, "--output", "json"]);
   const fleet = await eventually("node-n online with its plugin, read through server 3", 20_000, read, (answer) => {
