@@ -131,7 +131,7 @@ test("the executable runs one reconcile pass over an empty registration director
 });
 
 /** Resolves once `check()` is true; fails after `timeoutMs`. For filesystem-visible state only. */
-test("the executable's agent stops on SIGTERM with exit 0 within 2 s and removes its API socket", async (t) => {
+test("the executable's agent stops on SIGTERM by itself with exit 0, well inside the unit's stop timeout, and removes its API socket", async (t) => {
   const dir = tempDir(t);
   const apiSocket = path.join(dir, "api.sock");
   const policy = writeBarePolicy(dir, apiSocket);
