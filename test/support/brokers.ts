@@ -58,6 +58,12 @@ export interface MosquittoOptions {
   acl?: string;
   /** Adds a TLS listener with certificates made here. */
   tls?: boolean;
+  /**
+   * Keeps retained messages and persistent sessions (their subscriptions and
+   * queued QoS 1 messages) across stop() and start(): saved in its dir as it
+   * stops, restored before it listens again.
+   */
+  persistence?: boolean;
 }
 
 export interface Mosquitto {
@@ -79,7 +85,13 @@ export async function startMosquitto(t: CleansUpAfter, options: MosquittoOptions
   const dir = tempDir(t, "mq-");
   const port = await freePort();
   const tlsPort = options.tls ? await freePort() : null;
-  const lines = ["per_listener_settings false", "persistence false", `listener ${port} 127.0.0.1`];
+  const lines = ["per_listener_settings false", `listener ${port} 127.0.0.1`];
+  if (options.persistence) {
+    // A session offline while an agent sends its queue (up to 1,000 events and a gap) must not lose any to mosquitto's own bound (1,000).
+    lines.push("persistence true", `persistence_location ${dir}/`, "max_queued_messages 5000");
+  } else {
+    lines.push("persistence false");
+  }
   // As root, mosquitto would become the mosquitto user and could not read the test's private files.
   if (process.getuid?.() === 0) lines.push("user root");
   let ca: string | null = null;
@@ -196,14 +208,23 @@ export interface Subscriber {
   close(): Promise<void>;
 }
 
+/**
+ * Resolves once the broker granted the subscription (SUBACK); rejects with
+ * its reason when it refused it. With `session` (a client id) the session
+ * is persistent (clean session off): on a broker that keeps sessions
+ * (startMosquitto's `persistence`), QoS 1 messages published while the
+ * subscriber is away, or before it reconnects to a restarted broker, wait
+ * for it.
+ */
 export async function subscribe(
   t: { after(fn: () => unknown): void },
   url: string,
   filter: string,
-  options: { username?: string; password?: string; ca?: string } = {},
+  options: { username?: string; password?: string; ca?: string; session?: string } = {},
 ): Promise<Subscriber> {
   const client: MqttClient = connect(url, {
-    clientId: `test-sub-${Math.random().toString(16).slice(2, 10)}`,
+    clientId: options.session ?? `test-sub-${Math.random().toString(16).slice(2, 10)}`,
+    clean: options.session === undefined,
     protocolVersion: 4,
     reconnectPeriod: 200,
     username: options.username,
@@ -212,11 +233,25 @@ export async function subscribe(
   });
   const messages: Received[] = [];
   client.on("message", (topic, payload, packet) => messages.push({ topic, text: payload.toString("utf8"), retain: packet.retain, at: Date.now() }));
-  client.on("connect", () => client.subscribe(filter, { qos: 1 }));
-  client.on("error", () => {});
-  await new Promise<void>((resolve) => client.once("connect", () => resolve()));
   const close = () => new Promise<void>((resolve) => client.end(true, {}, () => resolve()));
   t.after(() => close());
+  let timer: NodeJS.Timeout | undefined;
+  const subscribed = new Promise<void>((resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`${url} did not acknowledge the subscription to ${filter} within 15 s`)), 15_000);
+    // Again at each reconnection: a broker restarted without sessions has forgotten it.
+    client.on("connect", () =>
+      client.subscribe(filter, { qos: 1 }, (error, granted) => {
+        if (error) reject(new Error(`${url} refused the subscription to ${filter}: ${error.message}`));
+        else if (granted?.some((grant) => grant.qos === 128)) reject(new Error(`${url} refused the subscription to ${filter} (SUBACK 0x80)`));
+        else resolve();
+      }));
+  });
+  client.on("error", () => {});
+  try {
+    await subscribed;
+  } finally {
+    clearTimeout(timer);
+  }
   return {
     messages,
     latest(topic) {
