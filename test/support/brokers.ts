@@ -214,13 +214,16 @@ export interface Subscriber {
  * is persistent (clean session off): on a broker that keeps sessions
  * (startMosquitto's `persistence`), QoS 1 messages published while the
  * subscriber is away, or before it reconnects to a restarted broker, wait
- * for it.
+ * for it. `qos` (default 1) is the subscription's: NATS backs a QoS 1
+ * subscription with a JetStream consumer, which it refuses to make while
+ * JetStream has no leader (a server of the cluster just died); QoS 0 needs
+ * no JetStream.
  */
 export async function subscribe(
   t: { after(fn: () => unknown): void },
   url: string,
   filter: string,
-  options: { username?: string; password?: string; ca?: string; session?: string } = {},
+  options: { username?: string; password?: string; ca?: string; session?: string; qos?: 0 | 1 } = {},
 ): Promise<Subscriber> {
   const client: MqttClient = connect(url, {
     clientId: options.session ?? `test-sub-${Math.random().toString(16).slice(2, 10)}`,
@@ -240,7 +243,7 @@ export async function subscribe(
     timer = setTimeout(() => reject(new Error(`${url} did not acknowledge the subscription to ${filter} within 15 s`)), 15_000);
     // Again at each reconnection: a broker restarted without sessions has forgotten it.
     client.on("connect", () =>
-      client.subscribe(filter, { qos: 1 }, (error, granted) => {
+      client.subscribe(filter, { qos: options.qos ?? 1 }, (error, granted) => {
         if (error) reject(new Error(`${url} refused the subscription to ${filter}: ${error.message}`));
         else if (granted?.some((grant) => grant.qos === 128)) reject(new Error(`${url} refused the subscription to ${filter} (SUBACK 0x80)`));
         else resolve();
