@@ -38,8 +38,12 @@ export interface EventLog {
   close(): void;
 }
 
-/** `binary`: another build's executable (a paired run); default dist/edgeplug. */
-export async function startDevicesAgent(dir: string, binary?: string): Promise<DevicesAgent> {
+/**
+ * `binary`: another build's executable (a paired run); default dist/edgeplug.
+ * `shippedResync`: the policy's resync left at the shipped default (10 s), as
+ * where idle costs are measured; otherwise 1 h, so no resync lands inside a timing.
+ */
+export async function startDevicesAgent(dir: string, binary?: string, options: { shippedResync?: boolean } = {}): Promise<DevicesAgent> {
   const registry = path.join(dir, "registry");
   const registrationSocket = path.join(dir, "dp", "kubelet.sock");
   const apiSocket = path.join(dir, "api.sock");
@@ -60,7 +64,7 @@ export async function startDevicesAgent(dir: string, binary?: string): Promise<D
       "  acme.io/Sensor: { kind: generic, versions: [v1] }",
       `devicePlugins: { registrationSocket: ${registrationSocket} }`,
       `checkpoint: { path: ${path.join(stateDir, "kubelet_internal_checkpoint")} }`,
-      "reconcile: { resync: 1h }",
+      ...(options.shippedResync ? [] : ["reconcile: { resync: 1h }"]),
       `api: { socket: ${apiSocket}, metrics: null }`,
       "log: { level: info, format: json }",
       "",

@@ -5,7 +5,12 @@
  * rounds, the same plugins (support/side-plugins.ts, a process of their own)
  * registering on each agent's kubelet.sock. Each round starts the agent
  * afresh on a new directory, then measures in this order:
- *   - idle: 10 plugins x 100 devices registered, the agent's CPU over a window, and its RSS;
+ *   - idle: 10 plugins x 100 devices registered, then a settling pause (the
+ *     work registration leaves behind: V8's memory reducer collects some
+ *     seconds after activity, Go's scavenger returns memory), then the
+ *     agent's CPU (on-CPU time of all its threads, from schedstat) and its
+ *     context switches over a window, and its RSS. edgeplug runs with the
+ *     shipped resync (10 s), whose wakeups count;
  *   - Register -> all 16 devices visible (the plugin stamps the call; the bench stamps the sighting);
  *   - one device turning unhealthy in ListAndWatch -> visible;
  *   - allocate 2 of the 16 (request -> answer) and release;
@@ -16,14 +21,15 @@
  * Env: BENCH_SIDE_ROUNDS (default 3), BENCH_SIDE_TRIALS (Register and health
  * trials per round and size, default 10; 100,000 devices take a third of it),
  * BENCH_SIDE_ALLOCATIONS (allocate/release pairs per round, default 100),
- * BENCH_SIDE_IDLE_MS (the idle window, default 60000).
+ * BENCH_SIDE_IDLE_MS (the idle window, default 60000), BENCH_SIDE_SETTLE_MS
+ * (the pause before it, default 20000).
  */
 import { type ChildProcess, fork } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import { shortTempDir } from "../../test/support/agent-process.ts";
-import { clockTicksPerSecond, cpuTicks, residentMemory } from "./proc.ts";
+import { contextSwitches, cpuNanoseconds, residentMemory } from "./proc.ts";
 import { type ResourceView, type SideAgent, startEdgeplugSide, startKubeletSide } from "./side-agents.ts";
 import type { SidePluginAnswer, SidePluginRequest } from "./side-plugins.ts";
 import { wallClockMs } from "./side-plugins.ts";
@@ -34,10 +40,10 @@ const ROUNDS = envNumber("BENCH_SIDE_ROUNDS", 3, 1);
 const TRIALS = envNumber("BENCH_SIDE_TRIALS", 10, 2);
 const ALLOCATIONS = envNumber("BENCH_SIDE_ALLOCATIONS", 100, 5);
 const IDLE_MS = envNumber("BENCH_SIDE_IDLE_MS", 60_000, 1000);
+const SETTLE_MS = envNumber("BENCH_SIDE_SETTLE_MS", 20_000, 0);
 const IDLE_PLUGINS = 10;
 const IDLE_DEVICES = 100;
 const TIMEOUT_MS = 60_000;
-const TICKS_PER_SECOND = clockTicksPerSecond();
 const PLUGIN_HOST = fileURLToPath(new URL("./side-plugins.ts", import.meta.url));
 
 type Kind = SideAgent["kind"];
@@ -82,7 +88,10 @@ function startPluginHost() {
 }
 
 interface RoundFigures {
+  /** CPU while registration's aftermath settles (the pause before the idle window), ms. */
+  settlingCpuMs: number;
   idleCpuPercentOfCore: number;
+  idleContextSwitchesPerMinute: number;
   rssIdleMB: number;
   anonIdleMB: number;
   register16P50Ms: number;
@@ -119,11 +128,16 @@ async function oneRun(kind: Kind, executable: string, refusals: { count: number 
       await host.ask({ op: "start", name: `idle${i}`, socketPath: socketFor(`idle${i}`), registrationSocket: running.registrationSocket, resource, count: IDLE_DEVICES, prefix: `i${i}-` });
       await running.until(resource, visible(IDLE_DEVICES), TIMEOUT_MS);
     }
-    await settle(2000);
-    const ticks = cpuTicks(running.pid);
+    const settlingFrom = cpuNanoseconds(running.pid);
+    await settle(SETTLE_MS);
+    const settlingCpuMs = roundMs((cpuNanoseconds(running.pid) - settlingFrom) / 1e6);
+    const cpuAtStart = cpuNanoseconds(running.pid);
+    const switchesAtStart = contextSwitches(running.pid);
     const windowStart = performance.now();
     await settle(IDLE_MS);
-    const idleCpuPercentOfCore = Math.round((((cpuTicks(running.pid) - ticks) * 1000) / TICKS_PER_SECOND / (performance.now() - windowStart)) * 100 * 1000) / 1000;
+    const windowMs = performance.now() - windowStart;
+    const idleCpuPercentOfCore = Math.round(((cpuNanoseconds(running.pid) - cpuAtStart) / 1e6 / windowMs) * 100 * 1000) / 1000;
+    const idleContextSwitchesPerMinute = Math.round(((contextSwitches(running.pid) - switchesAtStart) * 60_000) / windowMs);
     const idleMemory = residentMemory(running.pid);
 
     /** Register -> all `count` devices visible, `trials` times, each time a new plugin after the last one is gone. */
@@ -188,7 +202,9 @@ async function oneRun(kind: Kind, executable: string, refusals: { count: number 
     await settle(2000);
     const memory100k = residentMemory(running.pid);
     return {
+      settlingCpuMs,
       idleCpuPercentOfCore,
+      idleContextSwitchesPerMinute,
       rssIdleMB: mb(idleMemory.rssKiB),
       anonIdleMB: mb(idleMemory.anonKiB),
       register16P50Ms: with16.p50Ms,
@@ -241,6 +257,7 @@ export async function runSideBySide(executable: string): Promise<object> {
     trialsPerRound: TRIALS,
     allocationsPerRound: ALLOCATIONS,
     idleWindowMs: IDLE_MS,
+    settleBeforeIdleMs: SETTLE_MS,
     edgeplugRateLimitedAttempts: refusals.count,
     minutes: Math.round((wallClockMs() - startedAt) / 600) / 100,
     note: "ratio = kubelet / edgeplug per round (below 1: edgeplug slower or costlier); median, min, max over rounds",

@@ -17,6 +17,36 @@ export function cpuTicks(pid: number): number {
   return Number(fields[14 - 3]) + Number(fields[15 - 3]);
 }
 
+/**
+ * On-CPU time of every thread of `pid` so far, in nanoseconds (the first
+ * field of /proc/PID/task/TID/schedstat): an idle agent runs for a few
+ * milliseconds a minute, under the 10 ms resolution of {@link cpuTicks}.
+ * A thread that has exited no longer counts; neither agent's threads come and go when idle.
+ */
+export function cpuNanoseconds(pid: number): number {
+  return eachTask(pid, (task) => Number(fs.readFileSync(`${task}/schedstat`, "utf8").split(" ")[0]));
+}
+
+/** Context switches of every thread of `pid` so far (voluntary and not): each is a wakeup or a preemption. */
+export function contextSwitches(pid: number): number {
+  return eachTask(pid, (task) => {
+    const status = fs.readFileSync(`${task}/status`, "utf8");
+    return Number(/^voluntary_ctxt_switches:\s+(\d+)$/m.exec(status)?.[1] ?? 0) + Number(/^nonvoluntary_ctxt_switches:\s+(\d+)$/m.exec(status)?.[1] ?? 0);
+  });
+}
+
+function eachTask(pid: number, read: (task: string) => number): number {
+  let sum = 0;
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      sum += read(`/proc/${pid}/task/${tid}`);
+    } catch {
+      // The thread exited between the listing and the read.
+    }
+  }
+  return sum;
+}
+
 /** Resident set size of `pid` in KiB (VmRSS of /proc/PID/status). */
 export function residentKiB(pid: number): number {
   const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");

@@ -81,7 +81,7 @@ async function unlimited(call: () => Promise<{ status: number; text: string }>, 
 }
 
 export async function startEdgeplugSide(dir: string, refusals: { count: number }): Promise<SideAgent> {
-  const agent: DevicesAgent = await startDevicesAgent(dir);
+  const agent: DevicesAgent = await startDevicesAgent(dir, undefined, { shippedResync: true });
   const client = unixClient(path.join(dir, "api.sock"), 10);
   const views = new Map<string, ResourceView>();
   const waiters = new Set<() => void>();
