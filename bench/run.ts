@@ -22,6 +22,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   unary: () => import("./unary.ts"),
   api: () => import("./api.ts"),
   devices: () => import("./devices.ts"),
+  "device-list": () => import("./device-list.ts"),
   policy: () => import("./policy.ts"),
   watcher: () => import("./watcher.ts"),
   targets: () => import("./targets.ts"),

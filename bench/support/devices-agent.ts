@@ -66,6 +66,8 @@ export async function startDevicesAgent(dir: string, binary?: string, options: {
       `checkpoint: { path: ${path.join(stateDir, "kubelet_internal_checkpoint")} }`,
       ...(options.shippedResync ? [] : ["reconcile: { resync: 1h }"]),
       `api: { socket: ${apiSocket}, metrics: null }`,
+      // Not the node's /var/lib/kubelet/pod-resources/kubelet.sock: a bench never takes a real path, and two agents run at once.
+      "podResources: { socket: null }",
       "log: { level: info, format: json }",
       "",
     ].join("\n"),
