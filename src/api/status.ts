@@ -17,6 +17,13 @@ import type { PluginRecord } from "./plugin-status.ts";
 import { fleetLinkLines } from "./fleet-link-text.ts";
 import { type CsiJson, type DraJson, type PluginDetails, pluginDetailsTables } from "../handlers/csi-dra-status.ts";
 
+/*
+ * The CLI's JSON shapes are written here rather than taken from protoc-gen-es's
+ * `json_types`: those make every field optional (proto3 JSON may leave any
+ * out), where the CLI's JSON always has every field, null when unset
+ * (docs/status-json.md), and they type `reason` and `kind` as any string
+ * where consumers switch over the few values the agent sends.
+ */
 export interface PluginJson {
   socket: string;
   type: string | null;

@@ -253,7 +253,7 @@ function healthyEntry(state: ResourceState): HealthyIds {
 /**
  * The healthy device ids of `state` in list order, built once per change of
  * the resource: an allocation, the checkpoint (which keeps the encoding of
- * this very array, checkpoint-json.ts) and status all read the same frozen
+ * this very array, checkpoint-go.ts) and status all read the same frozen
  * array, so with 100,000 devices an allocation does not walk them again.
  * With every device healthy it is the list's id array itself, which a list
  * repeating the same ids shares, so the checkpoint's encoding of it is kept.

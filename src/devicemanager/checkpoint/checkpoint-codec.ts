@@ -11,11 +11,19 @@
  * decodeCheckpoint(bytes).registeredDevices.get("acme.io/gpu"); // ["gpu0"]
  * ```
  */
-import { goCheckpointJson } from "./checkpoint-json.ts";
-import { CheckpointCorruptError, parseCheckpointFile, type ParsedCheckpoint } from "./checkpoint-parse.ts";
-import { checksumOf, checksumOf119, type GoCheckpointData, type GoCheckpointData119, type GoPodDevicesEntry } from "./checkpoint-spew.ts";
+import {
+  CheckpointCorruptError,
+  checksumOf,
+  checksumOf119,
+  type GoCheckpointData,
+  type GoCheckpointData119,
+  goCheckpointJson,
+  type GoPodDevicesEntry,
+  parseCheckpointFile,
+  type ParsedCheckpoint,
+} from "./checkpoint-go.ts";
 
-export { CheckpointCorruptError } from "./checkpoint-parse.ts";
+export { CheckpointCorruptError } from "./checkpoint-go.ts";
 
 export interface PodDevicesEntry {
   podUID: string;

@@ -11,7 +11,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { ContainerAllocateResponseSchema } from "../../gen/deviceplugin/v1beta1/api_pb.ts";
 import { CheckpointCorruptError, type CheckpointData, decodeCheckpoint, encodeCheckpoint } from "./checkpoint.ts";
 import { decodeCheckpointWithChecksum } from "./checkpoint-codec.ts";
-import { fnv1a32, spewCheckpointData } from "./checkpoint-spew.ts";
+import { fnv1a32, spewCheckpointData } from "./checkpoint-go.ts";
 
 const fixture = (name: string) => new Uint8Array(readFileSync(new URL(`../../../test/fixtures/checkpoint/${name}`, import.meta.url)));
 const gpuFile = fixture("kubelet-gpu-registered.json");
