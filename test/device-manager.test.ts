@@ -174,13 +174,18 @@ test("the same socket registering again replaces its endpoint instead of being r
   assert.deepEqual(counts(devices), { capacity: 2, allocatable: 2 });
 });
 
-test("ListAndWatch is opened beside GetDevicePluginOptions, one round trip sooner than after it; its devices count only once the options came", async (t) => {
-  const dir = tempDir(t);
+/** A plugin that holds its GetDevicePluginOptions answer, being connected: once its ListAndWatch is open, `answerOptions` lets the call go (or fail). */
+async function connectingWithOptionsHeld(t: TestContext) {
   let answerOptions = (_failure?: string) => {};
-  const p = await plugin(t, dir, "a.sock", { holdOptions: () => new Promise((resolve) => (answerOptions = resolve)) });
+  const p = await plugin(t, tempDir(t), "a.sock", { holdOptions: () => new Promise((resolve) => (answerOptions = resolve)) });
   const devices = newManager(t);
   const connecting = devices.connect(R, p.socketPath);
   await p.waitForStreams(1);
+  return { p, devices, connecting, answerOptions: (failure?: string) => answerOptions(failure) };
+}
+
+test("ListAndWatch is opened beside GetDevicePluginOptions, one round trip sooner than after it; its devices count only once the options came", async (t) => {
+  const { devices, connecting, answerOptions } = await connectingWithOptionsHeld(t);
   assert.equal(devices.resource(R), undefined, "nothing is recorded while the options are not in");
   answerOptions();
   await connecting;
@@ -188,12 +193,7 @@ test("ListAndWatch is opened beside GetDevicePluginOptions, one round trip soone
 });
 
 test("a plugin whose GetDevicePluginOptions fails is not recorded, and the ListAndWatch opened beside it is closed", async (t) => {
-  const dir = tempDir(t);
-  let answerOptions = (_failure?: string) => {};
-  const p = await plugin(t, dir, "a.sock", { holdOptions: () => new Promise((resolve) => (answerOptions = resolve)) });
-  const devices = newManager(t);
-  const connecting = devices.connect(R, p.socketPath);
-  await p.waitForStreams(1);
+  const { p, devices, connecting, answerOptions } = await connectingWithOptionsHeld(t);
   answerOptions("options are broken");
   await assert.rejects(connecting, /failed to get device plugin options: rpc error: code = Internal desc = options are broken/);
   await p.waitForOpenStreams(0);
