@@ -4,11 +4,9 @@
  * changes as the agent applies them.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { promisify } from "node:util";
 import { createClient } from "@connectrpc/connect";
 import { EdgeplugAgent } from "../src/agent/agent.ts";
 import { Agent, type Event } from "../src/gen/edgeplug/v1/agent_pb.ts";
@@ -21,6 +19,7 @@ import { leaveStaleSocket, startFakePlugin, startTestPlugin } from "./support/fa
 import { manualClock } from "./support/manual-clock.ts";
 import { testPolicy } from "./support/policy.ts";
 import { tempDir } from "./support/temp-dir.ts";
+import { curlAgentStatus } from "./support/curl.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 
@@ -109,18 +108,7 @@ test("the API socket answers gRPC and curl's JSON over HTTP/1.1 with the same st
   const channel = dialUnix(policy.api.socket!);
   t.after(() => channel.close());
   const viaGrpc = await createClient(Agent, channel.transport).status({});
-  const { stdout } = await promisify(execFile)("curl", [
-    "--silent",
-    "--fail-with-body",
-    "--unix-socket",
-    policy.api.socket!,
-    "-H",
-    "content-type: application/json",
-    "-d",
-    "{}",
-    "http://localhost/edgeplug.v1.Agent/Status",
-  ]);
-  const viaCurl = JSON.parse(stdout);
+  const viaCurl = await curlAgentStatus(policy.api.socket!);
   assert.equal(viaCurl.ok, true);
   assert.equal(viaCurl.node, viaGrpc.node);
   assert.deepEqual(viaCurl.resources, [], "default values are included");

@@ -3,16 +3,15 @@
  * SIGHUP reload, `status --watch`, and curl on the API socket.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { promisify } from "node:util";
 import { runEdgeplug, startDaemon, startEdgeplug, writePolicy } from "./support/agent-process.ts";
 import { tempDir } from "./support/temp-dir.ts";
 import { watchAgent } from "./support/agent-events.ts";
 import { startFakePlugin, startTestPlugin } from "./support/fake-plugin.ts";
 import { killAfter } from "./support/child-cleanup.ts";
+import { curlAgentStatus } from "./support/curl.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 const gauge = { type: "acme.io/Gauge", name: "acme.io/pressure", versions: ["v1"] };
@@ -88,18 +87,7 @@ test("curl reads the agent's status as JSON from the API socket", async (t) => {
   // The plugin hears Notify before the agent has taken its answer: wait for the agent's own word.
   await agentView.until("the plugin registered", (view) => view.plugins.get(plugin.socketPath)?.state === "registered");
 
-  const { stdout } = await promisify(execFile)("curl", [
-    "--silent",
-    "--fail-with-body",
-    "--unix-socket",
-    policy.apiSocket,
-    "-H",
-    "content-type: application/json",
-    "-d",
-    "{}",
-    "http://localhost/edgeplug.v1.Agent/Status",
-  ]);
-  const status = JSON.parse(stdout);
+  const status = await curlAgentStatus(policy.apiSocket);
   assert.equal(status.node, "e2e-node");
   assert.equal(status.ok, true);
   assert.deepEqual(

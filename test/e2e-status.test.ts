@@ -5,14 +5,14 @@
  * JSON of `status --output json` is the API's JSON (curl) with nulls added.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, execFile } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
-import { promisify } from "node:util";
 import { policyWithRegistry, runEdgeplug, startDaemon, startEdgeplug } from "./support/agent-process.ts";
 import { startTestPlugin } from "./support/fake-plugin.ts";
 import { killAfter } from "./support/child-cleanup.ts";
+import { curlAgentStatus } from "./support/curl.ts";
 
 const sensor = { type: "acme.io/Sensor", name: "acme.io/thermo", versions: ["v1"] };
 
@@ -64,19 +64,8 @@ test("status --output json is the API's JSON (curl on Agent/Status) with absent 
 
   const cli = await runEdgeplug(["status", "--api", policy.apiSocket, "--output", "json", "--exit-zero"]);
   assert.equal(cli.code, 0, cli.stderr);
-  const { stdout } = await promisify(execFile)("curl", [
-    "--silent",
-    "--fail-with-body",
-    "--unix-socket",
-    policy.apiSocket,
-    "-H",
-    "content-type: application/json",
-    "-d",
-    "{}",
-    "http://localhost/edgeplug.v1.Agent/Status",
-  ]);
   const fromCli = JSON.parse(cli.stdout);
-  const fromApi = JSON.parse(stdout);
+  const fromApi = await curlAgentStatus(policy.apiSocket);
   assert.deepEqual(withoutNulls(fromCli), fromApi);
   // Same members in the same order, where the API leaves a field out the CLI says null.
   const pending = fromCli.plugins.find((p: Record<string, unknown>) => p.socket === silent.socketPath);

@@ -46,6 +46,24 @@ export interface SettleOptions {
   signal?: AbortSignal;
 }
 
+/** What is known of a plugin socket just discovered: nothing yet but its path, pending its first attempt. */
+export function pendingRecord(socket: string, discoveredAt: Date): PluginRecord {
+  return {
+    socket,
+    type: null,
+    name: null,
+    endpoint: null,
+    versions: [],
+    state: "pending",
+    attempts: 0,
+    registeredAt: null,
+    error: null,
+    reason: null,
+    discoveredAt,
+    lastAttemptAt: null,
+  };
+}
+
 export class PluginStatusCache implements PluginManagerObserver {
   /** `cause`: why the socket's last answered attempt failed, named again once the socket goes stale. */
   readonly #records = new Map<string, { record: PluginRecord; inode: string; cause: string | null }>();
@@ -66,20 +84,7 @@ export class PluginStatusCache implements PluginManagerObserver {
       this.#emit(previous.record, true);
     }
     if (!change.current) return;
-    const record: PluginRecord = {
-      socket: change.socket,
-      type: null,
-      name: null,
-      endpoint: null,
-      versions: [],
-      state: "pending",
-      attempts: 0,
-      registeredAt: null,
-      error: null,
-      reason: null,
-      discoveredAt: change.current.discoveredAt,
-      lastAttemptAt: null,
-    };
+    const record = pendingRecord(change.socket, change.current.discoveredAt);
     this.#records.set(change.socket, { record, inode: change.current.inode, cause: null });
     this.#log.debug("plugin socket discovered", { socket: change.socket });
     this.#emit(record, false);

@@ -3,27 +3,13 @@ import assert from "node:assert/strict";
 import { buildCommit, EDGEPLUG_VERSION } from "../platform/build-info.ts";
 import { create, toJson } from "@bufbuild/protobuf";
 import { ResourceStatusSchema, StatusResponseSchema } from "../gen/edgeplug/v1/agent_pb.ts";
-import type { PluginRecord } from "./plugin-status.ts";
+import { pendingRecord, type PluginRecord } from "./plugin-status.ts";
 import { age, buildStatus, statusToJson, statusToText } from "./status.ts";
 
 const discoveredAt = new Date("2026-11-30T12:00:00.000Z");
 
 function record(overrides: Partial<PluginRecord>): PluginRecord {
-  return {
-    socket: "/r/p.sock",
-    type: null,
-    name: null,
-    endpoint: null,
-    versions: [],
-    state: "pending",
-    attempts: 0,
-    registeredAt: null,
-    error: null,
-    reason: null,
-    discoveredAt,
-    lastAttemptAt: null,
-    ...overrides,
-  };
+  return { ...pendingRecord("/r/p.sock", discoveredAt), ...overrides };
 }
 
 const registered = record({
