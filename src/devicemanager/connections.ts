@@ -14,6 +14,12 @@ import { DevicePluginEndpoint, type EndpointListener } from "./endpoint.ts";
 import type { ResourceTable } from "./resources.ts";
 import type { ConnectOptions, DeviceSettings } from "./types.ts";
 
+/**
+ * A list this long leaves megabytes of garbage behind (its read, the event it
+ * makes, the list it replaced): worth a collection soon (src/platform/heap-return.ts).
+ */
+export const LARGE_LIST_DEVICES = 10_000;
+
 export interface PluginConnectionsOptions {
   resources: ResourceTable;
   log: Logger;
@@ -21,6 +27,8 @@ export interface PluginConnectionsOptions {
   settings: () => Pick<DeviceSettings, "dialTimeoutMs" | "maxDevicesPerResource">;
   /** The checkpoint's data changed; `soon` false for device lists, whose writes are coalesced. */
   checkpointChanged: (soon: boolean) => void;
+  /** Told when a large device list replaced another or was read: its garbage is worth collecting soon. */
+  largeGarbage?: () => void;
   /**
    * Why `endpoint`, dialled for its resource, may not be attached (another
    * plugin took its socket while it was dialled), or null: the rules judged
@@ -125,6 +133,7 @@ export class PluginConnections {
 
   readonly #listener: EndpointListener = {
     devices: (endpoint, devices) => {
+      if (devices.ids.length >= LARGE_LIST_DEVICES) this.#options.largeGarbage?.();
       const overNode = this.#options.resources.nodeDevicesRefusal(endpoint, devices);
       if (overNode !== null) return this.#listener.refused(endpoint, overNode);
       if (!this.#options.resources.update(endpoint, devices)) return;
