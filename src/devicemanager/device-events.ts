@@ -33,7 +33,7 @@ export class DeviceEvents {
   /** Resources with an event to send, and whether the latest change removed them. */
   readonly #pending = new Map<string, boolean>();
   readonly #allowances = new Map<string, EventAllowance>();
-  /** Cancels the pending flush (an immediate, or a timer on the clock). */
+  /** Cancels the pending flush (a microtask, or a timer on the clock). */
   #scheduled: (() => void) | null = null;
   #stopped = false;
 
@@ -80,8 +80,12 @@ export class DeviceEvents {
     if (delayMs > 0) {
       this.#scheduled = this.#clock.setTimer(flush, delayMs);
     } else {
-      const immediate = setImmediate(flush);
-      this.#scheduled = () => clearImmediate(immediate);
+      // Once the code that made the change has run (the rest of a list's update), not a turn of the event loop later.
+      let cancelled = false;
+      queueMicrotask(() => {
+        if (!cancelled) flush();
+      });
+      this.#scheduled = () => (cancelled = true);
     }
   }
 
