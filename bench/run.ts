@@ -23,6 +23,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   api: () => import("./api.ts"),
   devices: () => import("./devices.ts"),
   "device-list": () => import("./device-list.ts"),
+  "device-profile": () => import("./device-profile.ts"),
   policy: () => import("./policy.ts"),
   watcher: () => import("./watcher.ts"),
   targets: () => import("./targets.ts"),

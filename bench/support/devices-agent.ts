@@ -42,8 +42,9 @@ export interface EventLog {
  * `binary`: another build's executable (a paired run); default dist/edgeplug.
  * `shippedResync`: the policy's resync left at the shipped default (10 s), as
  * where idle costs are measured; otherwise 1 h, so no resync lands inside a timing.
+ * `nodeOptions`: Node/V8 flags for the agent, as BENCH_DEVICES_NODE_OPTIONS (e.g. a CPU profile).
  */
-export async function startDevicesAgent(dir: string, binary?: string, options: { shippedResync?: boolean } = {}): Promise<DevicesAgent> {
+export async function startDevicesAgent(dir: string, binary?: string, options: { shippedResync?: boolean; nodeOptions?: string } = {}): Promise<DevicesAgent> {
   const registry = path.join(dir, "registry");
   const registrationSocket = path.join(dir, "dp", "kubelet.sock");
   const apiSocket = path.join(dir, "api.sock");
@@ -73,7 +74,7 @@ export async function startDevicesAgent(dir: string, binary?: string, options: {
     ].join("\n"),
   );
   // BENCH_DEVICES_NODE_OPTIONS: Node/V8 flags for the agent (the executable's debug switch), to compare runtime settings.
-  const nodeOptions = process.env.BENCH_DEVICES_NODE_OPTIONS;
+  const nodeOptions = options.nodeOptions ?? process.env.BENCH_DEVICES_NODE_OPTIONS;
   const agent = startEdgeplug([...(nodeOptions ? [`--node-options=${nodeOptions}`] : []), "run", "--config", policyPath], { binary });
   await agent.waitForLog("edgeplug running", 30_000).catch(async (error: unknown) => {
     agent.child.kill("SIGKILL");

@@ -53,7 +53,7 @@ function progress(message: string): void {
 }
 
 /** The plugin host child, one per agent run: requests answered in order of their ids. */
-function startPluginHost() {
+export function startPluginHost() {
   const child: ChildProcess = fork(PLUGIN_HOST, [], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   const pending = new Map<number, { resolve: (at: number | undefined) => void; reject: (error: Error) => void }>();
   let nextId = 1;

@@ -80,8 +80,8 @@ async function unlimited(call: () => Promise<{ status: number; text: string }>, 
   }
 }
 
-export async function startEdgeplugSide(dir: string, refusals: { count: number }): Promise<SideAgent> {
-  const agent: DevicesAgent = await startDevicesAgent(dir, undefined, { shippedResync: true });
+export async function startEdgeplugSide(dir: string, refusals: { count: number }, options: { nodeOptions?: string } = {}): Promise<SideAgent> {
+  const agent: DevicesAgent = await startDevicesAgent(dir, undefined, { shippedResync: true, nodeOptions: options.nodeOptions });
   const client = unixClient(path.join(dir, "api.sock"), 10);
   const views = new Map<string, ResourceView>();
   const waiters = new Set<() => void>();
