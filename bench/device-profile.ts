@@ -79,6 +79,13 @@ function startPlugin(agent: SideAgent, host: Host, name: string, prefix: string)
   return host.ask({ op: "start", name, socketPath: socketIn(agent, name), registrationSocket: agent.registrationSocket, resource: RESOURCE, count: 16, prefix });
 }
 
+/** Starts a 16-device plugin and waits until the agent shows its devices. */
+async function pluginSeen(agent: SideAgent, host: Host, name: string, prefix: string): Promise<void> {
+  const seen = agent.until(RESOURCE, visible(16), TIMEOUT_MS);
+  await startPlugin(agent, host, name, prefix);
+  await seen;
+}
+
 const WORKLOADS: Workload[] = [
   {
     name: "register",
@@ -101,9 +108,7 @@ const WORKLOADS: Workload[] = [
     name: "health",
     operation: "health change (one device unhealthy -> seen, and back)",
     async prepare(agent, host) {
-      const seen = agent.until(RESOURCE, visible(16), TIMEOUT_MS);
-      await startPlugin(agent, host, "health", "h-");
-      await seen;
+      await pluginSeen(agent, host, "health", "h-");
     },
     async run(agent, host) {
       const samples: number[] = [];
@@ -123,9 +128,7 @@ const WORKLOADS: Workload[] = [
     name: "allocate",
     operation: "allocate 2 of 16 and release (one pair)",
     async prepare(agent, host) {
-      const seen = agent.until(RESOURCE, visible(16), TIMEOUT_MS);
-      await startPlugin(agent, host, "alloc", "a-");
-      await seen;
+      await pluginSeen(agent, host, "alloc", "a-");
       for (let i = 0; i < 5; i++) {
         await agent.allocate(`warm-${i}`, RESOURCE, 2);
         await agent.release(`warm-${i}`);

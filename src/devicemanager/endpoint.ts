@@ -198,23 +198,30 @@ export class DevicePluginEndpoint {
               break;
             }
             const startedAt = performance.now();
+            const devices = message.devices.length;
             // A plugin that sends the same list again (many do, on a timer) costs a comparison, not a read.
-            const region = listRegion(message.devices);
+            // A view of the message's buffer: let go of below, with the message's own views.
+            let region = listRegion(message.devices);
             if (lastGood !== null && region !== null && sameBytes(lastGood, region)) {
+              region = null;
+              dropDeviceViews(message);
               listener.unchanged(this, lastList!);
-              if (!(await this.#pace(budget, startedAt, message.devices.length))) return;
+              if (!(await this.#pace(budget, startedAt, devices))) return;
               continue;
             }
             const checked = readDeviceList(message.devices, this.#maxDevices, lastList);
+            const regionCopy = typeof checked === "string" ? null : region?.slice() ?? null;
+            region = null;
+            dropDeviceViews(message);
             if (typeof checked === "string") {
               listener.refused(this, checked);
             } else {
               reopen.succeeded();
-              lastGood = region?.slice() ?? null;
+              lastGood = regionCopy;
               lastList = checked;
               listener.devices(this, checked);
             }
-            if (!(await this.#pace(budget, startedAt, message.devices.length))) return;
+            if (!(await this.#pace(budget, startedAt, devices))) return;
           }
         } catch (error) {
           if (!this.#closed && error instanceof ConnectError && error.code === Code.ResourceExhausted) {
@@ -292,4 +299,15 @@ export class DevicePluginEndpoint {
     // After the channel: it dials no more, so the descriptor number cannot be reused under a dial.
     this.#pinned?.close();
   }
+}
+
+/**
+ * Empties a ListAndWatch message once its list is read. The stream's async
+ * iterators (Connect's) keep the last message they yielded while they wait for
+ * the next, and its views, one per device, hold the message's buffer: with
+ * 100,000 devices some 10 MB of views and the buffers under them, for as long
+ * as the plugin sends nothing new.
+ */
+function dropDeviceViews(message: { devices: Uint8Array[] }): void {
+  message.devices.length = 0;
 }
