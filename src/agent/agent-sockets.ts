@@ -25,11 +25,13 @@ export interface AgentSocketDeps {
   log: Logger;
   devices: DeviceManager;
   metrics: AgentMetrics | null;
+  /** The plugin manager's resync, which the sockets' periodic checks ride (PluginManager.onResync). */
+  resyncTicks: (check: () => void) => () => void;
 }
 
-/** A listening socket removed while running is served again, checked each resync. */
+/** A listening socket removed while running is served again, checked at each resync (in its wakeup). */
 export function keeping(deps: AgentSocketDeps, what: string, socketPath: string) {
-  return { socketPath, what, log: deps.log, checkIntervalMs: () => deps.policy().reconcile.resyncMs };
+  return { socketPath, what, log: deps.log, checkIntervalMs: () => deps.policy().reconcile.resyncMs, ticks: deps.resyncTicks };
 }
 
 /** Serves kubelet.sock when the policy has it and the DevicePlugin handler; null otherwise. */

@@ -276,7 +276,7 @@ export class EdgeplugAgent {
   }
 
   #socketDeps(): AgentSocketDeps {
-    return { policy: () => this.#policy, log: this.#log, devices: this.devices, metrics: this.metrics };
+    return { policy: () => this.#policy, log: this.#log, devices: this.devices, metrics: this.metrics, resyncTicks: (check) => this.manager.onResync(check) };
   }
 
   /** Where /metrics, /healthz and /readyz are served (the bound port), or null. */

@@ -38,6 +38,7 @@ export class PluginManager {
   readonly #watcher: PluginWatcher;
   #phase: "new" | "running" | "stopped" = "new";
   #stopped: Promise<void> | null = null;
+  readonly #resyncListeners = new Set<() => void>();
 
   constructor(options: PluginManagerOptions) {
     const { policy, log, observers = [], clock = systemClock } = options;
@@ -54,7 +55,28 @@ export class PluginManager {
     const changed = () => observer.watchLimitsChanged(this.#watcher.limitsReached());
     this.#watcher = new PluginWatcher({ dirs: policy.watch, dsw: this.#dsw, log, clock, limits: { sockets, changed } });
     const { resyncMs } = policy.reconcile;
-    this.#reconciler = new Reconciler({ dsw: this.#dsw, executor, context: this.#context, observer, resyncMs, clock, onResync: () => this.#watcher.rescan() });
+    this.#reconciler = new Reconciler({
+      dsw: this.#dsw,
+      executor,
+      context: this.#context,
+      observer,
+      resyncMs,
+      clock,
+      onResync: () => {
+        this.#watcher.rescan();
+        for (const listener of this.#resyncListeners) listener();
+      },
+    });
+  }
+
+  /**
+   * Calls `listener` at each resync, in the same wakeup as the rescan of the
+   * watched directories: a periodic check elsewhere in the agent that rides it
+   * wakes the process no more often. Returns the unsubscribe.
+   */
+  onResync(listener: () => void): () => void {
+    this.#resyncListeners.add(listener);
+    return () => this.#resyncListeners.delete(listener);
   }
 
   /** Creates, watches and walks the watch directories; rejects (and stops) when one cannot be created. */

@@ -54,3 +54,35 @@ test("a socket removed from a directory that stays is served again once the mome
   await waitUntil(() => served() === 2, "the socket served again");
   assert.ok(fs.lstatSync(socketPath).isSocket());
 });
+
+test("a keeper whose checks ride the agent's resync sets no timer of its own: a removed directory's socket comes back at the next tick", async (t) => {
+  const directory = path.join(tempDir(t), "sockets");
+  const socketPath = path.join(directory, "kept.sock");
+  const clock = manualClock();
+  const ticks = new Set<() => void>();
+  let served = 0;
+  const serve = async () => {
+    fs.mkdirSync(directory, { recursive: true });
+    const server = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+    served++;
+    return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  };
+  const subscribe = (check: () => void) => {
+    ticks.add(check);
+    return () => ticks.delete(check);
+  };
+  const keeper = await SocketKeeper.start({ socketPath, serve, what: "test socket", log: quiet, clock, ticks: subscribe });
+  assert.equal(clock.pendingTimers(), 0, "no periodic timer besides the resync");
+  assert.equal(ticks.size, 1);
+
+  fs.rmSync(directory, { recursive: true });
+  clock.advance(60_000);
+  assert.equal(served, 1, "no check but at a tick");
+  for (const check of ticks) check();
+  await waitUntil(() => served === 2, "the tick to serve the socket again");
+  assert.ok(fs.lstatSync(socketPath).isSocket());
+
+  await keeper.close();
+  assert.equal(ticks.size, 0, "closing unsubscribes");
+});

@@ -37,6 +37,12 @@ export interface SocketKeeperOptions<Server extends KeptServer> {
   log: Logger;
   /** Period of the check that catches what the directory watch cannot see, read at each check (default 10 s). */
   checkIntervalMs?: () => number;
+  /**
+   * Instead of a timer of its own, the check rides this periodic tick (the
+   * agent's resync): subscribes `check`, returns the unsubscribe. Two timers
+   * of the same period armed moments apart wake an idle process twice.
+   */
+  ticks?: (check: () => void) => () => void;
   clock?: Clock;
 }
 
@@ -156,6 +162,10 @@ export class SocketKeeper<Server extends KeptServer> {
   }
 
   #armCheck(): void {
+    if (this.#options.ticks) {
+      this.#cancelCheck = this.#options.ticks(() => this.check());
+      return;
+    }
     this.#cancelCheck = this.#clock.setTimer(() => {
       this.check();
       if (!this.#closed) this.#armCheck();
