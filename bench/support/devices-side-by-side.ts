@@ -32,7 +32,7 @@ import { shortTempDir } from "../../test/support/agent-process.ts";
 import { contextSwitches, cpuNanoseconds, residentMemory } from "./proc.ts";
 import { type ResourceView, type SideAgent, startEdgeplugSide, startKubeletSide } from "./side-agents.ts";
 import type { SidePluginAnswer, SidePluginRequest } from "./side-plugins.ts";
-import { wallClockMs } from "./side-plugins.ts";
+import { sharedClockMs } from "./side-plugins.ts";
 import { percentile, roundMs } from "./stats.ts";
 
 const envNumber = (name: string, fallback: number, min: number) => Math.max(min, Number(process.env[name]) || fallback);
@@ -235,7 +235,7 @@ export async function runSideBySide(executable: string): Promise<object> {
   if (!fs.existsSync(executable)) throw new Error(`BENCH_KUBELET_DM: no file ${executable}`);
   const refusals = { count: 0 };
   const figures: Record<Kind, RoundFigures[]> = { edgeplug: [], kubelet: [] };
-  const startedAt = wallClockMs();
+  const startedAt = sharedClockMs();
   for (let round = 0; round < ROUNDS; round++) {
     const order: Kind[] = round % 2 === 0 ? ["edgeplug", "kubelet"] : ["kubelet", "edgeplug"];
     for (const kind of order) {
@@ -259,7 +259,7 @@ export async function runSideBySide(executable: string): Promise<object> {
     idleWindowMs: IDLE_MS,
     settleBeforeIdleMs: SETTLE_MS,
     edgeplugRateLimitedAttempts: refusals.count,
-    minutes: Math.round((wallClockMs() - startedAt) / 600) / 100,
+    minutes: Math.round((sharedClockMs() - startedAt) / 600) / 100,
     note: "ratio = kubelet / edgeplug per round (below 1: edgeplug slower or costlier); median, min, max over rounds",
     figures: rows,
   };

@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as path from "node:path";
 import { type DevicesAgent, startDevicesAgent } from "./devices-agent.ts";
-import { wallClockMs } from "./side-plugins.ts";
+import { sharedClockMs } from "./side-plugins.ts";
 
 /** What an agent shows of one resource: devices known and devices healthy. */
 export interface ResourceView {
@@ -24,7 +24,7 @@ export interface SideAgent {
   readonly kind: "edgeplug" | "kubelet";
   readonly pid: number;
   readonly registrationSocket: string;
-  /** Resolves with the wall clock (ms) at which the agent was first seen to satisfy `holds` for `resource`. */
+  /** Resolves with the shared clock (ms, sharedClockMs) at which the agent was first seen to satisfy `holds` for `resource`. */
   until(resource: string, holds: (view: ResourceView | undefined) => boolean, timeoutMs: number): Promise<number>;
   /** Allocates `count` devices of `resource` to `owner`; resolves once answered (rejects on a refusal). */
   allocate(owner: string, resource: string, count: number): Promise<void>;
@@ -120,7 +120,7 @@ export async function startEdgeplugSide(dir: string, refusals: { count: number }
           if (!holds(views.get(resource))) return;
           clearTimeout(timer);
           waiters.delete(check);
-          resolve(wallClockMs());
+          resolve(sharedClockMs());
         };
         const timer = setTimeout(() => {
           waiters.delete(check);
@@ -192,7 +192,7 @@ export async function startKubeletSide(executable: string, dir: string): Promise
         const askedAt = performance.now();
         const seen = (await capacity())[resource];
         last = seen ? { capacity: seen.capacity, healthy: seen.allocatable } : undefined;
-        if (holds(last)) return wallClockMs();
+        if (holds(last)) return sharedClockMs();
         if (performance.now() > deadline) throw new Error(`kubelet: ${resource} not as awaited within ${timeoutMs} ms (last seen ${JSON.stringify(last)}); its log:\n${stderrTail}`);
         const wait = POLL_EVERY_MS - (performance.now() - askedAt);
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));

@@ -3,8 +3,8 @@
  * plugins (support/raw-device-plugin.ts) that register on one agent's
  * kubelet.sock, edgeplug's or the kubelet device manager's, so that the same
  * plugins, in a process of their own, face both agents. It stamps each
- * Register call and each list it writes with a wall clock in milliseconds
- * (performance.timeOrigin + performance.now(), comparable across processes)
+ * Register call and each list it writes with the machine's monotonic clock
+ * in milliseconds (sharedClockMs, comparable across processes)
  * and the parent measures from that stamp to the moment it sees the change.
  *
  *   fork("side-plugins.ts"), then send requests {id, op, ...}; each is answered {id, ok, at?, error?}:
@@ -26,14 +26,22 @@ export type SidePluginRequest =
 export interface SidePluginAnswer {
   id: number;
   ok: boolean;
-  /** Wall clock (ms) just before the Register call or the list's write. */
+  /** The shared clock (ms, sharedClockMs) just before the Register call or the list's write. */
   at?: number;
   error?: string;
 }
 
 const MAX_PLUGINS = 64;
 
-export const wallClockMs = (): number => performance.timeOrigin + performance.now();
+/**
+ * The machine's monotonic clock in ms (CLOCK_MONOTONIC, the same in every
+ * process). Not `performance.timeOrigin + performance.now()`: each process
+ * takes its origin from the wall clock when it starts, and a wall clock
+ * adjusted between two processes' starts put one round's plugin stamps
+ * 12 ms after the bench's sightings (a health change "seen" 10 ms before
+ * it was sent).
+ */
+export const sharedClockMs = (): number => Number(process.hrtime.bigint()) / 1e6;
 
 /** A list with every device healthy but `unhealthy` (an index), encoded. */
 function listWith(count: number, prefix: string, unhealthy: number | undefined): Buffer {
@@ -50,7 +58,7 @@ if (process.send && process.argv[1]?.endsWith("side-plugins.ts")) {
       if (plugins.has(request.name)) throw new Error(`plugin ${request.name} already runs`);
       const plugin = await startRawDevicePlugin({ ...request, initial: encodedList(request.count, request.prefix), register: false, acceptAnyAuthority: true });
       plugins.set(request.name, plugin);
-      const at = wallClockMs();
+      const at = sharedClockMs();
       await registerDevicePlugin(request.registrationSocket, { endpoint: request.socketPath.split("/").pop()!, resource_name: request.resource });
       return at;
     }
@@ -58,7 +66,7 @@ if (process.send && process.argv[1]?.endsWith("side-plugins.ts")) {
     if (!plugin) throw new Error(`no plugin ${request.name}`);
     if (request.op === "send") {
       const list = listWith(request.count, request.prefix, request.unhealthy);
-      const at = wallClockMs();
+      const at = sharedClockMs();
       await plugin.send(list);
       return at;
     }
