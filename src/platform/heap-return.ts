@@ -38,7 +38,8 @@ export class HeapReturn {
   readonly #delayMs: number;
   readonly #minIntervalMs: number;
   readonly #clock: Clock;
-  readonly #collect: (() => void) | null;
+  /** "not yet" until first needed: looking it up creates a V8 context, which an agent with no large list never pays for. */
+  #collect: (() => void) | null | "not yet";
   readonly #collected: ((durationMs: number) => void) | undefined;
   #cancel: (() => void) | null = null;
   #lastCollectedAt = -Infinity;
@@ -48,20 +49,23 @@ export class HeapReturn {
     this.#delayMs = options.delayMs ?? HEAP_RETURN_DELAY_MS;
     this.#minIntervalMs = options.minIntervalMs ?? HEAP_RETURN_MIN_INTERVAL_MS;
     this.#clock = options.clock ?? systemClock;
-    this.#collect = options.collect === undefined ? runtimeFullCollection() : options.collect;
+    this.#collect = options.collect === undefined ? "not yet" : options.collect;
     this.#collected = options.collected;
   }
 
   /** A large structure just became garbage: collect once things are quiet. */
   largeGarbage(): void {
-    if (this.#stopped || this.#collect === null) return;
+    if (this.#stopped) return;
+    if (this.#collect === "not yet") this.#collect = runtimeFullCollection();
+    const collect = this.#collect;
+    if (collect === null) return;
     this.#cancel?.();
     const dueAt = Math.max(this.#clock.now() + this.#delayMs, this.#lastCollectedAt + this.#minIntervalMs);
     this.#cancel = this.#clock.setTimer(() => {
       this.#cancel = null;
       this.#lastCollectedAt = this.#clock.now();
       const startedAt = performance.now();
-      this.#collect!();
+      collect();
       this.#collected?.(performance.now() - startedAt);
     }, dueAt - this.#clock.now());
   }
