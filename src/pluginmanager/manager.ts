@@ -64,7 +64,7 @@ export class PluginManager {
       clock,
       onResync: () => {
         this.#watcher.rescan();
-        for (const listener of this.#resyncListeners) listener();
+        for (const listener of this.#resyncListeners) guarded(log, "resync listener failed", listener);
       },
     });
   }
