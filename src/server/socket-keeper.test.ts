@@ -11,8 +11,11 @@ import { SocketKeeper } from "./socket-keeper.ts";
 
 const quiet = createLogger({ level: "error", write: () => {} });
 
-/** A keeper of a plain listening socket in `dir/sockets/`, its checks on a manual clock. */
-async function keep(t: TestContext) {
+/**
+ * A keeper of a plain listening socket in `dir/sockets/`, its checks on a
+ * manual clock, or riding `ticks` (the agent's resync) when given.
+ */
+async function keep(t: TestContext, ticks?: (check: () => void) => () => void) {
   const directory = path.join(tempDir(t), "sockets");
   const socketPath = path.join(directory, "kept.sock");
   const clock = manualClock();
@@ -24,7 +27,7 @@ async function keep(t: TestContext) {
     served++;
     return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
   };
-  const keeper = await SocketKeeper.start({ socketPath, serve, what: "test socket", log: quiet, clock, checkIntervalMs: () => 10_000 });
+  const keeper = await SocketKeeper.start({ socketPath, serve, what: "test socket", log: quiet, clock, checkIntervalMs: () => 10_000, ticks });
   t.after(() => keeper.close());
   return { directory, socketPath, clock, keeper, served: () => served };
 }
@@ -56,31 +59,20 @@ test("a socket removed from a directory that stays is served again once the mome
 });
 
 test("a keeper whose checks ride the agent's resync sets no timer of its own: a removed directory's socket comes back at the next tick", async (t) => {
-  const directory = path.join(tempDir(t), "sockets");
-  const socketPath = path.join(directory, "kept.sock");
-  const clock = manualClock();
   const ticks = new Set<() => void>();
-  let served = 0;
-  const serve = async () => {
-    fs.mkdirSync(directory, { recursive: true });
-    const server = net.createServer((socket) => socket.destroy());
-    await new Promise<void>((resolve) => server.listen(socketPath, resolve));
-    served++;
-    return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
-  };
   const subscribe = (check: () => void) => {
     ticks.add(check);
     return () => ticks.delete(check);
   };
-  const keeper = await SocketKeeper.start({ socketPath, serve, what: "test socket", log: quiet, clock, ticks: subscribe });
+  const { directory, socketPath, clock, keeper, served } = await keep(t, subscribe);
   assert.equal(clock.pendingTimers(), 0, "no periodic timer besides the resync");
   assert.equal(ticks.size, 1);
 
   fs.rmSync(directory, { recursive: true });
   clock.advance(60_000);
-  assert.equal(served, 1, "no check but at a tick");
+  assert.equal(served(), 1, "no check but at a tick");
   for (const check of ticks) check();
-  await waitUntil(() => served === 2, "the tick to serve the socket again");
+  await waitUntil(() => served() === 2, "the tick to serve the socket again");
   assert.ok(fs.lstatSync(socketPath).isSocket());
 
   await keeper.close();
