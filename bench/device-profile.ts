@@ -267,13 +267,11 @@ async function profiled<T>(name: string, run: (nodeOptions: string) => Promise<T
   }
 }
 
-/** The idle agent: 10 plugins x 100 devices, settled, then the window. */
-async function idleOnce(nodeOptions?: string) {
-  const { dir, cleanup } = shortTempDir("epi-");
-  const host = startPluginHost();
-  let agent: SideAgent | undefined;
-  try {
-    agent = await startEdgeplugSide(path.join(dir, "a"), { count: 0 }, { nodeOptions });
+/** The idle agent: 10 plugins x 100 devices, settled, then the window (the run: no operations, only the window's CPU). */
+const IDLE: Workload = {
+  name: "idle",
+  operation: `one resync (every ${RESYNC_MS / 1000} s, the shipped default), 10 plugins x 100 devices connected`,
+  async prepare(agent, host) {
     for (let i = 0; i < 10; i++) {
       const resource = `bench.io/idle${i}`;
       const seen = agent.until(resource, (view) => view?.healthy === 100, TIMEOUT_MS);
@@ -281,25 +279,12 @@ async function idleOnce(nodeOptions?: string) {
       await seen;
     }
     await settle(IDLE_SETTLE_MS);
-    const cpuFrom = cpuNanoseconds(agent.pid);
-    const switchesFrom = contextSwitches(agent.pid);
-    const startedAt = performance.now();
+  },
+  async run() {
     await settle(IDLE_MS);
-    const wallMs = performance.now() - startedAt;
-    const cpuMs = (cpuNanoseconds(agent.pid) - cpuFrom) / 1e6;
-    const switches = contextSwitches(agent.pid) - switchesFrom;
-    await host.close();
-    const stopFrom = performance.now();
-    const stopping = agent;
-    agent = undefined;
-    await stopping.stop();
-    return { wallMs, cpuMs, switches, stopMs: performance.now() - stopFrom };
-  } finally {
-    await host.close();
-    await agent?.stop();
-    cleanup();
-  }
-}
+    return [];
+  },
+};
 
 /** The embedded Node binary waking every RESYNC_MS for one lstat, nothing else: what a wakeup costs any Node process here. */
 async function nodeWakeFloor(windowMs: number) {
@@ -342,13 +327,13 @@ export async function run(): Promise<object> {
     };
   }
   progress(`idle: plain, and the Node floor beside it (${Math.round((IDLE_SETTLE_MS + IDLE_MS) / 1000)} s)`);
-  const [idle, floor] = await Promise.all([idleOnce(), nodeWakeFloor(IDLE_MS)]);
+  const [idle, floor] = await Promise.all([runOnce(IDLE), nodeWakeFloor(IDLE_MS)]);
   progress("idle: under the CPU profiler");
-  const { result: idleProfiled, profile } = await profiled("idle", (nodeOptions) => idleOnce(nodeOptions));
+  const { result: idleProfiled, profile } = await profiled("idle", (nodeOptions) => runOnce(IDLE, nodeOptions));
   const resyncs = idle.wallMs / RESYNC_MS;
   const idleShares = profileShares(profile, idleProfiled.wallMs, idleProfiled.stopMs, modules);
   workloads.idle = {
-    operation: `one resync (every ${RESYNC_MS / 1000} s, the shipped default), 10 plugins x 100 devices connected`,
+    operation: IDLE.operation,
     windowMs: Math.round(idle.wallMs),
     cpuPercentOfCore: Math.round((idle.cpuMs / idle.wallMs) * 100 * 1000) / 1000,
     agentCpuMsPerResync: roundMs(idle.cpuMs / resyncs),

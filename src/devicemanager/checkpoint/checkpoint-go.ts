@@ -63,6 +63,33 @@ export interface GoCheckpointData119 {
 
 const NIL = "<nil>";
 
+/** How Go prints a slice or a map in one of the two renderings: its nil, and what opens, separates and closes its elements. */
+interface GoListSyntax {
+  nil: string;
+  open: string;
+  separator: string;
+  close: string;
+}
+
+const SPEW_SLICE: GoListSyntax = { nil: NIL, open: "[", separator: " ", close: "]" };
+const SPEW_MAP: GoListSyntax = { nil: NIL, open: "map[", separator: " ", close: "]" };
+const JSON_ARRAY: GoListSyntax = { nil: "null", open: "[", separator: ",", close: "]" };
+const JSON_OBJECT: GoListSyntax = { nil: "null", open: "{", separator: ",", close: "}" };
+
+/** Pushes `items` (null: a nil slice or map) in `syntax`, each element by `element`. */
+function pushList<T>(parts: string[], items: readonly T[] | null, syntax: GoListSyntax, element: (item: T) => void): void {
+  if (items === null) {
+    parts.push(syntax.nil);
+    return;
+  }
+  parts.push(syntax.open);
+  items.forEach((item, index) => {
+    if (index > 0) parts.push(syntax.separator);
+    element(item);
+  });
+  parts.push(syntax.close);
+}
+
 /**
  * go-spew's `%#v` with the kubelet's settings (SortKeys, SpewKeys,
  * DisableMethods, DisablePointerAddresses, DisableCapacities): the top value
@@ -80,30 +107,10 @@ function spewCheckpointData119(data: GoCheckpointData119): string {
 
 function spewData<E>(data: { podDeviceEntries: readonly E[] | null; registeredDevices: GoCheckpointData["registeredDevices"] }, entry: (entry: E, parts: string[]) => void): string {
   const parts: string[] = ["(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"];
-  const entries = data.podDeviceEntries;
-  if (entries === null) {
-    parts.push(NIL);
-  } else {
-    parts.push("[");
-    entries.forEach((item, index) => {
-      if (index > 0) parts.push(" ");
-      entry(item, parts);
-    });
-    parts.push("]");
-  }
+  pushList(parts, data.podDeviceEntries, SPEW_SLICE, (item) => entry(item, parts));
   parts.push(" RegisteredDevices:(map[string][]string)");
   const registered = data.registeredDevices;
-  if (registered === null) {
-    parts.push(NIL);
-  } else {
-    parts.push("map[");
-    const names = [...registered.keys()].sort(compareGoStrings);
-    names.forEach((name, index) => {
-      if (index > 0) parts.push(" ");
-      parts.push(name, ":", spewStrings(registered.get(name)!));
-    });
-    parts.push("]");
-  }
+  pushList(parts, registered && [...registered.keys()].sort(compareGoStrings), SPEW_MAP, (name) => parts.push(name, ":", spewStrings(registered!.get(name)!)));
   parts.push("}");
   return parts.join("");
 }
@@ -129,17 +136,7 @@ function spewEntry(entry: GoPodDevicesEntry, parts: string[]): void {
   spewEntryNames(entry, parts);
   parts.push(" DeviceIDs:(checkpoint.DevicesPerNUMA)");
   const numa = entry.deviceIDs;
-  if (numa === null) {
-    parts.push(NIL);
-  } else {
-    parts.push("map[");
-    const nodes = [...numa.keys()].sort((a, b) => a - b);
-    nodes.forEach((node, index) => {
-      if (index > 0) parts.push(" ");
-      parts.push(String(node), ":", spewStrings(numa.get(node)!));
-    });
-    parts.push("]");
-  }
+  pushList(parts, numa && [...numa.keys()].sort((a, b) => a - b), SPEW_MAP, (node) => parts.push(String(node), ":", spewStrings(numa!.get(node)!)));
   spewAllocResp(entry, parts);
 }
 
@@ -225,30 +222,10 @@ export function checksumOf119(data: GoCheckpointData119): number {
 /** The whole file: `{"Data":{...},"Checksum":N}`. */
 export function goCheckpointJson(data: GoCheckpointData, checksum: number): string {
   const parts: string[] = ['{"Data":{"PodDeviceEntries":'];
-  const entries = data.podDeviceEntries;
-  if (entries === null) {
-    parts.push("null");
-  } else {
-    parts.push("[");
-    entries.forEach((entry, index) => {
-      if (index > 0) parts.push(",");
-      entryJson(entry, parts);
-    });
-    parts.push("]");
-  }
+  pushList(parts, data.podDeviceEntries, JSON_ARRAY, (entry) => entryJson(entry, parts));
   parts.push(',"RegisteredDevices":');
   const registered = data.registeredDevices;
-  if (registered === null) {
-    parts.push("null");
-  } else {
-    const names = [...registered.keys()].sort(compareGoStrings);
-    parts.push("{");
-    names.forEach((name, index) => {
-      if (index > 0) parts.push(",");
-      parts.push(goJsonString(name), ":", stringsJson(registered.get(name)!));
-    });
-    parts.push("}");
-  }
+  pushList(parts, registered && [...registered.keys()].sort(compareGoStrings), JSON_OBJECT, (name) => parts.push(goJsonString(name), ":", stringsJson(registered!.get(name)!)));
   parts.push('},"Checksum":', String(checksum), "}");
   return parts.join("");
 }
@@ -264,19 +241,9 @@ function entryJson(entry: GoPodDevicesEntry, parts: string[]): void {
     ',"DeviceIDs":',
   );
   const numa = entry.deviceIDs;
-  if (numa === null) {
-    parts.push("null");
-  } else {
-    // encoding/json sorts integer keys by their decimal text, so "-1" < "0" < "10" < "2".
-    const keys = [...numa.keys()].map((node) => ({ node, text: String(node) }));
-    keys.sort((a, b) => compareGoStrings(a.text, b.text));
-    parts.push("{");
-    keys.forEach(({ node, text }, index) => {
-      if (index > 0) parts.push(",");
-      parts.push('"', text, '":', stringsJson(numa.get(node)!));
-    });
-    parts.push("}");
-  }
+  // encoding/json sorts integer keys by their decimal text, so "-1" < "0" < "10" < "2".
+  const keys = numa && [...numa.keys()].map((node) => ({ node, text: String(node) })).sort((a, b) => compareGoStrings(a.text, b.text));
+  pushList(parts, keys, JSON_OBJECT, ({ node, text }) => parts.push('"', text, '":', stringsJson(numa!.get(node)!)));
   parts.push(',"AllocResp":');
   parts.push(entry.allocResp === null ? "null" : `"${Buffer.from(entry.allocResp.buffer, entry.allocResp.byteOffset, entry.allocResp.byteLength).toString("base64")}"`);
   parts.push("}");
